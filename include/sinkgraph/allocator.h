@@ -1,0 +1,168 @@
+#pragma once
+// The caching allocator and private memory pools (PyTorch's
+// CUDACachingAllocator and graph pools, reduced to what we need).
+//
+// Note [Stream-ordered reuse]
+// A block freed on stream S may still be read by kernels S has queued. S can
+// reuse it at once (its next kernel runs after them), but another stream T may
+// only take it once S has *completed* the work submitted before the free. Each
+// free block therefore remembers (stream, submitted-count at the free); streams
+// that used a block through record_stream() are remembered the same way.
+//
+// Note [Memory pools]
+// Every block belongs to a MemPool. The allocator's own default pool serves
+// ordinary allocations; a private pool (created with create_pool()) serves the
+// streams routed to it with a PoolScope — that is how capture makes every
+// allocation of a capturing stream come from the graph's pool. A pool keeps its
+// memory reserved while anything allocated from it is alive (allocations hold
+// a reference to their pool), so addresses baked into a captured graph stay
+// valid. A block records its segment and offset so that a planner can later
+// place blocks at chosen offsets inside one arena; today every block is a
+// segment of its own (offset 0).
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sinkgraph/export.h"
+
+namespace sinkgraph {
+
+class Device;
+class Stream;
+class MemPool;
+
+struct AllocatorStats {
+  std::int64_t allocated_bytes = 0;       // held by live allocations
+  std::int64_t reserved_bytes = 0;        // obtained from the device (live + cached)
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t num_allocs = 0;
+  std::int64_t num_frees = 0;
+  std::int64_t num_cache_hits = 0;        // served from a cached block
+  std::int64_t num_device_allocs = 0;     // went to the device
+};
+SG_API std::string to_string(const AllocatorStats& stats);
+
+struct Block;
+
+// An owned allocation. Move-only; returning it to the pool on destruction.
+class SG_API DataPtr {
+ public:
+  DataPtr() = default;
+  DataPtr(DataPtr&& other) noexcept;
+  DataPtr& operator=(DataPtr&& other) noexcept;
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  ~DataPtr();
+
+  [[nodiscard]] void* get() const { return ptr_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  [[nodiscard]] MemPool* pool() const { return pool_.get(); }
+  // Marks the block as used by `stream` too (see Note [Stream-ordered reuse]).
+  void record_stream(Stream& stream);
+
+ private:
+  friend class MemPool;
+  void* ptr_ = nullptr;
+  std::size_t size_ = 0;
+  Block* block_ = nullptr;
+  std::shared_ptr<MemPool> pool_;
+};
+
+class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
+ public:
+  MemPool(Device& device, std::string name, std::uint64_t id);
+  ~MemPool();
+  MemPool(const MemPool&) = delete;
+  MemPool& operator=(const MemPool&) = delete;
+
+  [[nodiscard]] std::uint64_t id() const { return id_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] AllocatorStats stats() const;
+  // Returns cached blocks that no stream may still use to the device.
+  void release_cached();
+  void reset_peak();
+
+ private:
+  friend class Allocator;
+  friend class DataPtr;
+  DataPtr allocate(std::size_t bytes, Stream& stream);
+  void free(Block* block) noexcept;
+  void record_stream(Block* block, Stream& stream);
+  void forget_stream(const Stream& stream);
+  Block* find_reusable(std::size_t bytes, const Stream& stream);
+
+  Device& device_;
+  std::string name_;
+  std::uint64_t id_;
+  mutable std::mutex mutex_;
+  std::multimap<std::size_t, Block*> free_blocks_;  // by size
+  std::vector<std::unique_ptr<Block>> blocks_;      // every block of the pool
+  AllocatorStats stats_;
+};
+
+class SG_API Allocator {
+ public:
+  explicit Allocator(Device& device);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Stream-ordered allocation for work on `stream`, from the pool `stream` is
+  // routed to (the default pool unless a PoolScope is active). Throws
+  // sinkgraph::Error naming the size and the statistics when memory runs out.
+  DataPtr allocate(std::size_t bytes, Stream& stream);
+
+  // A new private pool.
+  std::shared_ptr<MemPool> create_pool(const std::string& name);
+  [[nodiscard]] MemPool& default_pool() { return *default_pool_; }
+
+  // Device-wide statistics: every pool summed, with device-wide peaks.
+  [[nodiscard]] AllocatorStats stats() const;
+  void reset_peak();
+  // Releases the default pool's reusable cached blocks.
+  void empty_cache();
+  // Caps reserved bytes (0 = unlimited); exceeding it is an allocation error.
+  void set_memory_limit(std::int64_t bytes);
+
+  // Routes allocations for `stream` to `pool` (null: back to the default).
+  void route_stream(const Stream& stream, std::shared_ptr<MemPool> pool);
+  // Called by a stream when it is destroyed (after draining).
+  void forget_stream(const Stream& stream);
+
+ private:
+  friend class MemPool;
+  void* device_alloc(std::size_t bytes, MemPool& pool);
+  void device_free(void* ptr, std::size_t bytes) noexcept;
+
+  Device& device_;
+  std::shared_ptr<MemPool> default_pool_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<MemPool>> routes_;  // stream id -> pool
+  std::vector<std::weak_ptr<MemPool>> pools_;
+  std::atomic<std::int64_t> limit_bytes_{0};
+  std::atomic<std::int64_t> reserved_bytes_{0};
+  std::atomic<std::int64_t> peak_reserved_bytes_{0};
+  std::atomic<std::int64_t> allocated_bytes_{0};
+  std::atomic<std::int64_t> peak_allocated_bytes_{0};
+  std::atomic<std::uint64_t> next_pool_id_{1};
+};
+
+// Routes a stream's allocations to a pool for a scope (capture uses this).
+class SG_API PoolScope {
+ public:
+  PoolScope(Stream& stream, std::shared_ptr<MemPool> pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  Stream& stream_;
+};
+
+}  // namespace sinkgraph

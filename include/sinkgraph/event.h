@@ -1,0 +1,37 @@
+#pragma once
+// Events: record on one stream, wait on another, query, synchronize, elapsed time.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "sinkgraph/export.h"
+
+namespace sinkgraph {
+
+class Stream;
+
+// The shared state a stream's record marker completes. Generation numbers make
+// re-recording safe: a wait targets the generation recorded before it.
+struct EventState {
+  std::atomic<std::uint64_t> recorded{0};
+  std::atomic<std::uint64_t> completed{0};
+  std::atomic<std::int64_t> timestamp_ns{0};
+};
+
+class SG_API Event {
+ public:
+  Event();
+  void record(Stream& stream);
+  // True when the last record has completed (or the event was never recorded).
+  [[nodiscard]] bool query() const;
+  // Blocks the host until the last record has completed.
+  void synchronize() const;
+  // Milliseconds between this event's completion and `end`'s; both must have completed.
+  [[nodiscard]] double elapsed_ms(const Event& end) const;
+  [[nodiscard]] const std::shared_ptr<EventState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<EventState> state_;
+};
+
+}  // namespace sinkgraph

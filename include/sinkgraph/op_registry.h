@@ -1,0 +1,102 @@
+#pragma once
+// The operator registry. An operator has ONE definition: its schema, a shape
+// function over symbolic shapes, and a kernel per device type. The eager
+// dispatcher, the IR verifier and the tracer all read the same definition.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/dtype.h"
+#include "sinkgraph/export.h"
+#include "sinkgraph/kernel_abi.h"
+#include "sinkgraph/shape.h"
+#include "sinkgraph/symint.h"
+
+namespace sinkgraph {
+
+class Tensor;
+
+enum class ArgKind : std::uint8_t { tensor, tensor_list, integer, real, boolean, int_list, dtype };
+
+struct ArgSpec {
+  std::string name;
+  ArgKind kind = ArgKind::tensor;
+  // A scalar the kernel reads at run time that never determines a shape or an
+  // allocation: a captured graph patches it per replay (Note [Kernel ABI]).
+  bool updatable = false;
+  bool mutated = false;  // tensors written in place
+};
+
+struct OpSchema {
+  std::string name;
+  std::vector<ArgSpec> args;
+  // Output 0 aliases this input (a view, or the mutated input of an in-place op); -1: fresh.
+  int alias_of = -1;
+  bool is_view = false;  // metadata-only: no kernel runs
+};
+
+// A non-tensor argument value as shape functions see it.
+using ScalarValue = std::variant<SymInt, double, bool, std::vector<SymInt>, DType>;
+
+struct TensorMeta {
+  DType dtype = DType::f32;
+  SymShape shape;
+  DeviceType device = DeviceType::cpu;
+};
+
+// What a shape function receives: tensor metas and scalar values, each in
+// schema order (a tensor_list contributes every element to `tensors`).
+struct ShapeArgs {
+  std::span<const TensorMeta> tensors;
+  std::span<const ScalarValue> scalars;
+  [[nodiscard]] const SymInt& sym(int i) const { return std::get<SymInt>(scalars[i]); }
+  [[nodiscard]] std::int64_t integer(int i) const { return sym(i).value(); }
+  [[nodiscard]] double real(int i) const { return std::get<double>(scalars[i]); }
+};
+
+using ShapeFn = TensorMeta (*)(const ShapeArgs& args);
+// Computes a view's (shape, strides, offset) on the host from its input's.
+struct ViewResult {
+  Shape shape;
+  Strides strides;
+  std::int64_t offset = 0;
+};
+using ViewFn = ViewResult (*)(const Shape& shape, const Strides& strides, std::int64_t offset,
+                              const ShapeArgs& args);
+
+struct OpDef {
+  OpSchema schema;
+  ShapeFn shape_fn = nullptr;
+  ViewFn view_fn = nullptr;  // views only
+  std::array<KernelFn, kNumDeviceTypes> kernels{};
+};
+
+class SG_API OpRegistry {
+ public:
+  static OpRegistry& instance();
+  // Throws sinkgraph::Error for an unknown name.
+  [[nodiscard]] const OpDef& get(std::string_view name) const;
+  [[nodiscard]] const OpDef* find(std::string_view name) const;
+  [[nodiscard]] std::vector<std::string> names() const;
+  void add(OpDef def);
+
+ private:
+  OpRegistry();
+  std::vector<OpDef> ops_;
+};
+
+// Counters of host-side work, for tests that prove replay does none of it.
+struct DispatchCounters {
+  std::uint64_t dispatches = 0;    // eager operator calls
+  std::uint64_t shape_fns = 0;     // shape-function evaluations
+  std::uint64_t launches = 0;      // kernels launched by the dispatcher
+};
+SG_API DispatchCounters dispatch_counters();
+
+}  // namespace sinkgraph

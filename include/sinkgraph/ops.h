@@ -1,0 +1,86 @@
+#pragma once
+// The functional operator API. Every function validates its arguments
+// (sinkgraph::Error naming the operator, the argument and the shapes), infers
+// the output, allocates it from the device allocator and launches the kernel
+// on the current stream, returning at once. Kernels compute in f32; f16 and
+// bf16 inputs are converted on load and outputs rounded to nearest even.
+#include <cstdint>
+#include <vector>
+
+#include "sinkgraph/export.h"
+#include "sinkgraph/symint.h"
+#include "sinkgraph/tensor.h"
+
+namespace sinkgraph::ops {
+
+// Elementwise with numpy broadcasting; both inputs of one dtype.
+SG_API Tensor add(const Tensor& a, const Tensor& b);
+SG_API Tensor sub(const Tensor& a, const Tensor& b);
+SG_API Tensor mul(const Tensor& a, const Tensor& b);
+SG_API Tensor div(const Tensor& a, const Tensor& b);
+SG_API Tensor add_scalar(const Tensor& x, double value);
+SG_API Tensor mul_scalar(const Tensor& x, double value);
+SG_API Tensor neg(const Tensor& x);
+SG_API Tensor exp(const Tensor& x);
+SG_API Tensor sqrt(const Tensor& x);
+SG_API Tensor rsqrt(const Tensor& x);
+SG_API Tensor relu(const Tensor& x);
+SG_API Tensor silu(const Tensor& x);
+SG_API Tensor gelu(const Tensor& x);  // exact: x * Phi(x), with erf
+
+// a[..., M, K] @ b[K, N] or batched a[B..., M, K] @ b[B..., K, N].
+SG_API Tensor matmul(const Tensor& a, const Tensor& b);
+// x[..., K] @ w[N, K]^T : weights stored output-major as in llama2.c.
+SG_API Tensor linear(const Tensor& x, const Tensor& w);
+
+// Softmax over the last dimension.
+SG_API Tensor softmax(const Tensor& x);
+// x * rsqrt(mean(x^2) + eps) * weight, over the last dimension.
+SG_API Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+SG_API Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
+enum class RopeStyle : std::int64_t { interleaved = 0, half = 1 };
+// Rotary embedding of x[T, H, D] for positions pos0 .. pos0+T-1 (pos0 updatable).
+// interleaved rotates pairs (2i, 2i+1) as llama2.c; half rotates (i, i+D/2).
+SG_API Tensor rope(const Tensor& x, const SymInt& pos0, double theta = 10000.0,
+                   RopeStyle style = RopeStyle::interleaved);
+
+// Rows of weight[V, D] picked by ids[...] (i32 or i64); an id out of range is
+// a sticky kernel error (only the device sees the ids).
+SG_API Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// Views: share storage, launch nothing.
+SG_API Tensor slice(const Tensor& x, std::int64_t dim, const SymInt& start, const SymInt& end,
+                    std::int64_t step = 1);
+SG_API Tensor narrow(const Tensor& x, std::int64_t dim, const SymInt& start, const SymInt& length);
+SG_API Tensor view(const Tensor& x, const SymShape& shape);  // one dim may be -1
+SG_API Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);
+SG_API Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
+// A view when the layout allows it, else a contiguous copy (PyTorch semantics).
+SG_API Tensor reshape(const Tensor& x, const SymShape& shape);
+SG_API Tensor contiguous(const Tensor& x);
+SG_API Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim);
+
+// In place: writes into dst and returns it. copy_ broadcasts src and converts dtype.
+SG_API Tensor copy_(const Tensor& dst, const Tensor& src);
+// Writes src[n, ...] into dst[index .. index+n-1, ...] along dim 0; index is
+// updatable (a KV-cache position); out of range is a sticky kernel error.
+SG_API Tensor index_copy_(const Tensor& dst, const SymInt& index, const Tensor& src);
+SG_API Tensor fill_(const Tensor& dst, double value);
+
+// Scaled dot-product attention over a KV cache. q[T, Hq, D]; k, v[S, Hkv, D]
+// with Hq a multiple of Hkv (grouped-query: query head h reads kv head
+// h / (Hq / Hkv)). The first seq_len cached positions are visible (seq_len
+// updatable); causal: query t sees positions j <= seq_len - T + t.
+// Returns [T, Hq, D]. scale defaults to 1/sqrt(D) when <= 0.
+SG_API Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len,
+                        double scale = 0.0);
+
+// Index of the maximum over the last dimension (first on ties), as i64.
+SG_API Tensor argmax(const Tensor& x);
+
+SG_API Tensor full(const SymShape& shape, double value, DType dtype = DType::f32);
+SG_API Tensor zeros(const SymShape& shape, DType dtype = DType::f32);
+SG_API Tensor arange(const SymInt& n, DType dtype = DType::i64);
+
+}  // namespace sinkgraph::ops

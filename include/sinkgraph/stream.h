@@ -1,0 +1,112 @@
+#pragma once
+// Streams: in-order queues of device work. On the CPU device each stream is
+// served by its own worker thread, so launch() returns at once exactly as on an
+// accelerator and synchronize() waits (see Note [CPU stream worker]).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/export.h"
+#include "sinkgraph/kernel_abi.h"
+
+namespace sinkgraph {
+
+class Event;
+
+// How an idle worker waits for work: it spins for `spin_us` microseconds, then
+// parks on a futex. Parking saves a core; waking a parked worker costs a
+// system call on the next launch. spin_us = 0 parks at once.
+struct StreamOptions {
+  std::int64_t spin_us = 200;
+  std::string name;
+};
+
+struct StreamCounters {
+  std::uint64_t launches = 0;          // queue entries submitted
+  std::uint64_t kernels = 0;           // kernels run by the device
+  std::int64_t host_launch_ns = 0;     // host time spent inside launch()
+  std::int64_t device_busy_ns = 0;     // time the worker spent running kernels
+  std::int64_t window_ns = 0;          // first launch to last completion
+  [[nodiscard]] std::int64_t device_idle_ns() const { return window_ns - device_busy_ns; }
+};
+
+// One kernel's execution, recorded only while tracing is on.
+struct KernelSpan {
+  const char* name;
+  std::int64_t start_ns;  // steady clock
+  std::int64_t end_ns;
+};
+
+class SG_API Stream {
+ public:
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  virtual ~Stream();
+
+  [[nodiscard]] Device& device() const { return device_; }
+  [[nodiscard]] std::uint64_t id() const { return id_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+
+  // Enqueues `fn` over a copy of `args`; returns at once. `name` must outlive
+  // the stream (operator names are static).
+  virtual void launch(KernelFn fn, const ArgBlock& args, const char* name) = 0;
+  // Enqueues a marker that completes `event` when the stream reaches it.
+  virtual void record(Event& event) = 0;
+  // Work enqueued after this waits for `event`'s last record to complete.
+  virtual void wait(const Event& event) = 0;
+  // Waits for all enqueued work; raises a sticky kernel error, if any.
+  virtual void synchronize() = 0;
+  // True when all enqueued work has completed.
+  [[nodiscard]] virtual bool query() const = 0;
+  // Raises (and clears) a sticky kernel error without waiting.
+  void check_error();
+
+  // Progress in queue entries: the allocator's cross-stream reuse rule uses it.
+  [[nodiscard]] virtual std::uint64_t submitted() const = 0;
+  [[nodiscard]] virtual std::uint64_t completed() const = 0;
+
+  [[nodiscard]] virtual StreamCounters counters() const = 0;
+  virtual void reset_counters() = 0;
+  virtual void set_tracing(bool on) = 0;
+  virtual std::vector<KernelSpan> take_spans() = 0;
+
+ protected:
+  Stream(Device& device, std::string name);
+  // Sticky error storage shared by backends.
+  void set_sticky_error(const std::string& message);
+
+ private:
+  Device& device_;
+  std::uint64_t id_;
+  std::string name_;
+  std::atomic<bool> has_error_{false};
+  std::mutex error_mutex_;
+  std::string error_;
+};
+
+// The stream this host thread launches on for `device` (its default stream
+// until set). StreamGuard sets it for a scope.
+SG_API Stream& current_stream(Device& device);
+SG_API Stream& current_stream();  // on the CPU device
+SG_API void set_current_stream(Stream* stream);  // null restores the default
+
+class SG_API StreamGuard {
+ public:
+  explicit StreamGuard(Stream& stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  DeviceType type_;
+  Stream* previous_;
+};
+
+// Steady-clock nanoseconds, the time base of counters, spans and events.
+SG_API std::int64_t now_ns();
+
+}  // namespace sinkgraph

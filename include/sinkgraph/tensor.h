@@ -1,0 +1,104 @@
+#pragma once
+// Tensor: a strided view of device memory. Copies share storage; views (slice,
+// narrow, transpose, permute, view/reshape of contiguous data) share storage.
+// Every method that touches data goes through the device's streams: creating a
+// tensor from host values enqueues the copy; reading values on the host
+// synchronizes the current stream first (and so raises sticky kernel errors).
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sinkgraph/allocator.h"
+#include "sinkgraph/device.h"
+#include "sinkgraph/dtype.h"
+#include "sinkgraph/export.h"
+#include "sinkgraph/kernel_abi.h"
+#include "sinkgraph/shape.h"
+
+namespace sinkgraph {
+
+class SG_API Storage {
+ public:
+  Storage(Device& device, DataPtr data) : device_(device), data_(std::move(data)) {}
+  [[nodiscard]] Device& device() const { return device_; }
+  [[nodiscard]] void* data() const { return data_.get(); }
+  [[nodiscard]] std::size_t nbytes() const { return data_.size(); }
+  DataPtr& data_ptr() { return data_; }
+
+ private:
+  Device& device_;
+  DataPtr data_;
+};
+
+class SG_API Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+
+  // A new contiguous tensor with uninitialized contents, allocated for the
+  // current stream of `device`.
+  static Tensor empty(const Shape& shape, DType dtype, Device& device = cpu());
+  // A new tensor holding `values` (converted from f32 for f16/bf16).
+  static Tensor from_floats(std::span<const float> values, const Shape& shape,
+                            DType dtype = DType::f32, Device& device = cpu());
+  static Tensor from_ints(std::span<const std::int64_t> values, const Shape& shape,
+                          DType dtype = DType::i64, Device& device = cpu());
+  static Tensor from_floats(std::initializer_list<float> values, const Shape& shape,
+                            DType dtype = DType::f32, Device& device = cpu()) {
+    return from_floats(std::span<const float>(values.begin(), values.size()), shape, dtype, device);
+  }
+  static Tensor from_ints(std::initializer_list<std::int64_t> values, const Shape& shape,
+                          DType dtype = DType::i64, Device& device = cpu()) {
+    return from_ints(std::span<const std::int64_t>(values.begin(), values.size()), shape, dtype, device);
+  }
+  // A tensor over existing storage (views).
+  Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Strides& strides,
+         std::int64_t offset);
+
+  [[nodiscard]] bool defined() const { return storage_ != nullptr; }
+  [[nodiscard]] DType dtype() const { return dtype_; }
+  [[nodiscard]] const Shape& shape() const { return shape_; }
+  [[nodiscard]] const Strides& strides() const { return strides_; }
+  [[nodiscard]] std::int64_t offset() const { return offset_; }
+  [[nodiscard]] int ndim() const { return shape_.size(); }
+  [[nodiscard]] std::int64_t size(int dim) const;  // negative dims count from the end
+  [[nodiscard]] std::int64_t numel() const { return sinkgraph::numel(shape_); }
+  [[nodiscard]] bool is_contiguous() const;
+  [[nodiscard]] Device& device() const;
+  [[nodiscard]] const std::shared_ptr<Storage>& storage() const { return storage_; }
+  // Address of element 0 of this view (device memory).
+  [[nodiscard]] void* data_ptr() const;
+  [[nodiscard]] bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  // The POD description kernels receive (Note [Kernel ABI]).
+  [[nodiscard]] TensorArg arg() const;
+
+  // Host reads: synchronize the current stream, then copy out. to_floats()
+  // converts any dtype; to_ints() any integral or bool dtype.
+  [[nodiscard]] std::vector<float> to_floats() const;
+  [[nodiscard]] std::vector<std::int64_t> to_ints() const;
+  [[nodiscard]] float item_float() const;
+  [[nodiscard]] std::int64_t item_int() const;
+
+  // Views and shape methods (forward to ops::).
+  [[nodiscard]] Tensor slice(std::int64_t dim, const SymInt& start, const SymInt& end,
+                             std::int64_t step = 1) const;
+  [[nodiscard]] Tensor narrow(std::int64_t dim, const SymInt& start, const SymInt& length) const;
+  [[nodiscard]] Tensor transpose(std::int64_t dim0, std::int64_t dim1) const;
+  [[nodiscard]] Tensor permute(const std::vector<std::int64_t>& dims) const;
+  [[nodiscard]] Tensor view(const SymShape& shape) const;
+  [[nodiscard]] Tensor reshape(const SymShape& shape) const;
+  [[nodiscard]] Tensor contiguous() const;
+
+  [[nodiscard]] std::string str() const;  // "f32[2,3] on cpu:0"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  Strides strides_;
+  std::int64_t offset_ = 0;
+};
+
+}  // namespace sinkgraph

@@ -1,0 +1,159 @@
+#pragma once
+// Helpers shared by the CPU kernels: typed loads and stores (f16/bf16 convert
+// through f32), dtype dispatch, strided iteration and intra-op parallelism.
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "sinkgraph/dtype.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/kernel_abi.h"
+
+namespace sinkgraph::kernels {
+
+template <typename T>
+inline constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// The type arithmetic is done in: f32 for every floating format, the native
+// type for integers.
+template <typename T>
+using compute_t = std::conditional_t<std::is_integral_v<T>, T, float>;
+
+template <typename T>
+inline compute_t<T> load(const T* p) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return f16_to_f32(p->bits);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return bf16_to_f32(p->bits);
+  } else {
+    return *p;
+  }
+}
+
+template <typename T, typename V>
+inline void store(T* p, V v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    p->bits = f32_to_f16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    p->bits = f32_to_bf16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    *p = v != V{};
+  } else {
+    *p = static_cast<T>(v);
+  }
+}
+
+// Calls fn.template operator()<T>() with the storage type of `dtype`.
+template <typename Fn>
+void dispatch_float(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn.template operator()<float>();
+    case DType::f16:
+      return fn.template operator()<Half>();
+    case DType::bf16:
+      return fn.template operator()<BFloat16>();
+    default:
+      SG_ASSERT(false, "dispatch_float: ", dtype_name(dtype), " is not a floating dtype");
+  }
+}
+
+template <typename Fn>
+void dispatch_all(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::i32:
+      return fn.template operator()<std::int32_t>();
+    case DType::i64:
+      return fn.template operator()<std::int64_t>();
+    case DType::boolean:
+      return fn.template operator()<bool>();
+    default:
+      return dispatch_float(dtype, std::forward<Fn>(fn));
+  }
+}
+
+// Strides of `t` broadcast against an output of rank `ndim` and sizes `sizes`:
+// missing leading dims and size-1 dims get stride 0.
+inline void broadcast_strides(const TensorArg& t, int ndim, const std::int64_t* sizes,
+                              std::int64_t* out) {
+  for (int i = 0; i < ndim; ++i) {
+    const int j = t.ndim - ndim + i;
+    out[i] = (j < 0 || (t.sizes[j] == 1 && sizes[i] != 1)) ? 0 : t.strides[j];
+  }
+}
+
+// Visits every index of `sizes` (rank ndim) with N operands, calling
+// fn(offsets[N], inner_count, inner_strides[N]) once per innermost row.
+template <int N, typename Fn>
+void for_each_row(int ndim, const std::int64_t* sizes, const std::int64_t (&strides)[N][kMaxDims],
+                  const std::int64_t (&base)[N], Fn&& fn) {
+  std::int64_t total = 1;
+  for (int i = 0; i < ndim; ++i) total *= sizes[i];
+  if (total == 0) return;
+  if (ndim == 0) {
+    const std::int64_t ones[N] = {};
+    fn(base, std::int64_t{1}, ones);
+    return;
+  }
+  std::int64_t inner[N];
+  for (int k = 0; k < N; ++k) inner[k] = strides[k][ndim - 1];
+  std::int64_t index[kMaxDims] = {};
+  std::int64_t offsets[N];
+  for (int k = 0; k < N; ++k) offsets[k] = base[k];
+  const std::int64_t rows = total / sizes[ndim - 1];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    fn(offsets, sizes[ndim - 1], inner);
+    for (int d = ndim - 2; d >= 0; --d) {  // odometer over the outer dims
+      ++index[d];
+      for (int k = 0; k < N; ++k) offsets[k] += strides[k][d];
+      if (index[d] < sizes[d]) break;
+      for (int k = 0; k < N; ++k) offsets[k] -= strides[k][d] * sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// Runs fn(begin, end) over [0, n) on up to `threads` threads (the calling
+// thread included). With one thread (the default) it is a plain call.
+template <typename Fn>
+void parallel_for(int threads, std::int64_t n, std::int64_t grain, Fn&& fn) {
+  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
+  if (chunks <= 1) {
+    fn(std::int64_t{0}, n);
+    return;
+  }
+  const std::int64_t step = (n + chunks - 1) / chunks;
+  std::vector<std::jthread> helpers;
+  helpers.reserve(static_cast<std::size_t>(chunks - 1));
+  for (std::int64_t c = 1; c < chunks; ++c) {
+    const std::int64_t b = c * step;
+    const std::int64_t e = std::min(n, b + step);
+    if (b < e) helpers.emplace_back([&fn, b, e] { fn(b, e); });
+  }
+  fn(std::int64_t{0}, std::min(n, step));
+}
+
+// Logical rows over the last dimension of `t`: offset of each row's start.
+template <typename Fn>
+void for_each_last_dim_row(const TensorArg& in, const TensorArg& out, Fn&& fn) {
+  const int nd = in.ndim;
+  if (nd == 0) {
+    fn(in.offset, out.offset);
+    return;
+  }
+  std::int64_t strides[2][kMaxDims] = {};
+  for (int i = 0; i < nd - 1; ++i) {
+    strides[0][i] = in.strides[i];
+    strides[1][i] = out.strides[i];
+  }
+  std::int64_t sizes[kMaxDims] = {};
+  for (int i = 0; i < nd - 1; ++i) sizes[i] = in.sizes[i];
+  sizes[nd - 1] = 1;  // one visit per row
+  const std::int64_t base[2] = {in.offset, out.offset};
+  for_each_row<2>(nd, sizes, strides, base,
+                  [&](const std::int64_t* off, std::int64_t, const std::int64_t*) { fn(off[0], off[1]); });
+}
+
+}  // namespace sinkgraph::kernels

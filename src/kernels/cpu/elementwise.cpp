@@ -1,0 +1,114 @@
+#include <cmath>
+
+#include "common.h"
+#include "kernels.h"
+
+namespace sinkgraph::kernels::cpu {
+
+namespace {
+
+// out = op(a, b) with broadcasting; a, b and out share one dtype.
+template <typename Op>
+void binary(const ArgBlock& args, KernelContext&) {
+  const TensorArg& a = args.tensors[0];
+  const TensorArg& b = args.tensors[1];
+  const TensorArg& o = args.tensors[2];
+  dispatch_all(o.dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      SG_ASSERT(false, "bool arithmetic is rejected by the shape function");
+    } else {
+      const T* pa = static_cast<const T*>(a.data);
+      const T* pb = static_cast<const T*>(b.data);
+      T* po = static_cast<T*>(o.data);
+      const std::int64_t n = o.numel();
+      if (a.is_contiguous() && b.is_contiguous() && o.is_contiguous() && a.numel() == n &&
+          b.numel() == n) {
+        pa += a.offset;
+        pb += b.offset;
+        po += o.offset;
+        for (std::int64_t i = 0; i < n; ++i) store(po + i, Op{}(load(pa + i), load(pb + i)));
+        return;
+      }
+      std::int64_t strides[3][kMaxDims] = {};
+      broadcast_strides(a, o.ndim, o.sizes, strides[0]);
+      broadcast_strides(b, o.ndim, o.sizes, strides[1]);
+      for (int i = 0; i < o.ndim; ++i) strides[2][i] = o.strides[i];
+      const std::int64_t base[3] = {a.offset, b.offset, o.offset};
+      for_each_row<3>(o.ndim, o.sizes, strides, base,
+                      [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                        for (std::int64_t i = 0; i < count; ++i) {
+                          store(po + off[2] + i * st[2],
+                                Op{}(load(pa + off[0] + i * st[0]), load(pb + off[1] + i * st[1])));
+                        }
+                      });
+    }
+  });
+}
+
+// out = op(x) over floating dtypes; `scalar` is args.scalars[0].f when used.
+template <typename Op>
+void unary(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const float scalar = args.num_scalars > 0 ? static_cast<float>(args.scalars[0].f) : 0.0F;
+  dispatch_float(o.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    T* po = static_cast<T*>(o.data);
+    if (x.is_contiguous() && o.is_contiguous()) {
+      const std::int64_t n = o.numel();
+      px += x.offset;
+      po += o.offset;
+      for (std::int64_t i = 0; i < n; ++i) store(po + i, Op{}(load(px + i), scalar));
+      return;
+    }
+    std::int64_t strides[2][kMaxDims] = {};
+    for (int i = 0; i < o.ndim; ++i) {
+      strides[0][i] = x.strides[i];
+      strides[1][i] = o.strides[i];
+    }
+    const std::int64_t base[2] = {x.offset, o.offset};
+    for_each_row<2>(o.ndim, o.sizes, strides, base,
+                    [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                      for (std::int64_t i = 0; i < count; ++i) {
+                        store(po + off[1] + i * st[1], Op{}(load(px + off[0] + i * st[0]), scalar));
+                      }
+                    });
+  });
+}
+
+struct Add { template <typename V> V operator()(V a, V b) const { return a + b; } };
+struct Sub { template <typename V> V operator()(V a, V b) const { return a - b; } };
+struct Mul { template <typename V> V operator()(V a, V b) const { return a * b; } };
+struct Div { template <typename V> V operator()(V a, V b) const { return a / b; } };
+
+struct AddScalar { float operator()(float x, float s) const { return x + s; } };
+struct MulScalar { float operator()(float x, float s) const { return x * s; } };
+struct Neg { float operator()(float x, float) const { return -x; } };
+struct Exp { float operator()(float x, float) const { return std::exp(x); } };
+struct Sqrt { float operator()(float x, float) const { return std::sqrt(x); } };
+struct Rsqrt { float operator()(float x, float) const { return 1.0F / std::sqrt(x); } };
+struct Relu { float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; } };
+struct Silu { float operator()(float x, float) const { return x / (1.0F + std::exp(-x)); } };
+struct Gelu {
+  float operator()(float x, float) const {
+    return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));
+  }
+};
+
+}  // namespace
+
+void add(const ArgBlock& a, KernelContext& c) { binary<Add>(a, c); }
+void sub(const ArgBlock& a, KernelContext& c) { binary<Sub>(a, c); }
+void mul(const ArgBlock& a, KernelContext& c) { binary<Mul>(a, c); }
+void div(const ArgBlock& a, KernelContext& c) { binary<Div>(a, c); }
+void add_scalar(const ArgBlock& a, KernelContext& c) { unary<AddScalar>(a, c); }
+void mul_scalar(const ArgBlock& a, KernelContext& c) { unary<MulScalar>(a, c); }
+void neg(const ArgBlock& a, KernelContext& c) { unary<Neg>(a, c); }
+void exp(const ArgBlock& a, KernelContext& c) { unary<Exp>(a, c); }
+void sqrt(const ArgBlock& a, KernelContext& c) { unary<Sqrt>(a, c); }
+void rsqrt(const ArgBlock& a, KernelContext& c) { unary<Rsqrt>(a, c); }
+void relu(const ArgBlock& a, KernelContext& c) { unary<Relu>(a, c); }
+void silu(const ArgBlock& a, KernelContext& c) { unary<Silu>(a, c); }
+void gelu(const ArgBlock& a, KernelContext& c) { unary<Gelu>(a, c); }
+
+}  // namespace sinkgraph::kernels::cpu

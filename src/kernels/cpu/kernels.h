@@ -1,0 +1,47 @@
+#pragma once
+// CPU kernels. Each is a KernelFn over the POD ArgBlock (Note [Kernel ABI]).
+// Argument layout: tensors are the inputs in schema order followed by the
+// output (in-place kernels: the mutated tensor first, no separate output);
+// scalars are the non-tensor arguments in schema order.
+#include "sinkgraph/kernel_abi.h"
+
+namespace sinkgraph::kernels::cpu {
+
+// Elementwise: tensors (a, b, out) or (x, out); scalars as noted.
+void add(const ArgBlock& args, KernelContext& ctx);
+void sub(const ArgBlock& args, KernelContext& ctx);
+void mul(const ArgBlock& args, KernelContext& ctx);
+void div(const ArgBlock& args, KernelContext& ctx);
+void add_scalar(const ArgBlock& args, KernelContext& ctx);  // scalars (value: f)
+void mul_scalar(const ArgBlock& args, KernelContext& ctx);  // scalars (value: f)
+void neg(const ArgBlock& args, KernelContext& ctx);
+void exp(const ArgBlock& args, KernelContext& ctx);
+void sqrt(const ArgBlock& args, KernelContext& ctx);
+void rsqrt(const ArgBlock& args, KernelContext& ctx);
+void relu(const ArgBlock& args, KernelContext& ctx);
+void silu(const ArgBlock& args, KernelContext& ctx);
+void gelu(const ArgBlock& args, KernelContext& ctx);
+
+// Copies and fills: copy (dst, src) broadcasts src and converts dtype.
+void copy(const ArgBlock& args, KernelContext& ctx);
+void contiguous(const ArgBlock& args, KernelContext& ctx);  // tensors (x, out)
+void fill(const ArgBlock& args, KernelContext& ctx);    // tensors (dst); scalars (value: f)
+void arange(const ArgBlock& args, KernelContext& ctx);  // tensors (out); scalars (n: i)
+void index_copy(const ArgBlock& args, KernelContext& ctx);  // tensors (dst, src); scalars (index: i)
+
+// Linear algebra through OpenBLAS: tensors (a, b, out); linear is (x, w, out).
+void matmul(const ArgBlock& args, KernelContext& ctx);
+void linear(const ArgBlock& args, KernelContext& ctx);
+
+// Row operations over the last dimension.
+void softmax(const ArgBlock& args, KernelContext& ctx);     // (x, out)
+void rms_norm(const ArgBlock& args, KernelContext& ctx);    // (x, w, out); (eps: f)
+void layer_norm(const ArgBlock& args, KernelContext& ctx);  // (x, w, b, out); (eps: f)
+void argmax(const ArgBlock& args, KernelContext& ctx);      // (x, out)
+
+// Transformer pieces.
+void rope(const ArgBlock& args, KernelContext& ctx);       // (x, out); (pos0: i, theta: f, style: i)
+void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
+void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
+
+}  // namespace sinkgraph::kernels::cpu

@@ -1,0 +1,159 @@
+#include <cblas.h>
+
+#include <atomic>
+
+#include "common.h"
+#include "kernels.h"
+
+namespace sinkgraph::kernels::cpu {
+
+namespace {
+
+// OpenBLAS's thread count is process-wide; follow the intra-op setting.
+void sync_blas_threads(int threads) {
+  static std::atomic<int> current{0};
+  if (current.exchange(threads, std::memory_order_relaxed) != threads) openblas_set_num_threads(threads);
+}
+
+// A 2-D f32 matrix in BLAS terms: row-major with leading dimension `ld`,
+// transposed when the column stride is not 1.
+struct Mat {
+  const float* ptr;
+  std::int64_t rows, cols, ld;
+  bool trans;
+};
+
+// Describes the last two dims of `t` at element offset `offset` for BLAS,
+// packing into `scratch` (as f32, row-major) when the layout or dtype needs it.
+Mat describe(const TensorArg& t, std::int64_t offset, std::vector<float>& scratch) {
+  const int nd = t.ndim;
+  const std::int64_t rows = t.sizes[nd - 2];
+  const std::int64_t cols = t.sizes[nd - 1];
+  const std::int64_t rs = t.strides[nd - 2];
+  const std::int64_t cs = t.strides[nd - 1];
+  if (t.dtype == DType::f32) {
+    const float* p = static_cast<const float*>(t.data) + offset;
+    if (cs == 1 && rs >= std::max<std::int64_t>(cols, 1)) return {p, rows, cols, rs, false};
+    if (rs == 1 && cs >= std::max<std::int64_t>(rows, 1)) return {p, rows, cols, cs, true};
+    if (rows <= 1 && cs == 1) return {p, rows, cols, std::max<std::int64_t>(cols, 1), false};
+  }
+  scratch.resize(static_cast<std::size_t>(rows * cols));
+  dispatch_float(t.dtype, [&]<typename T>() {
+    const T* p = static_cast<const T*>(t.data) + offset;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) scratch[static_cast<std::size_t>(r * cols + c)] = load(p + r * rs + c * cs);
+    }
+  });
+  return {scratch.data(), rows, cols, std::max<std::int64_t>(cols, 1), false};
+}
+
+// out[M, N] = a[M, K] @ b[K, N], all f32 descriptions; out row-major with ld.
+void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
+  const auto m = static_cast<blasint>(a.rows);
+  const auto n = static_cast<blasint>(b.cols);
+  const auto k = static_cast<blasint>(a.cols);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (std::int64_t r = 0; r < m; ++r) std::fill(out + r * ldo, out + r * ldo + n, 0.0F);
+    return;
+  }
+  if (m == 1) {
+    // One row: out[N] = b^T a, a matrix-vector product.
+    const auto trans = b.trans ? CblasNoTrans : CblasTrans;
+    const auto rows = static_cast<blasint>(b.trans ? b.cols : b.rows);
+    const auto cols = static_cast<blasint>(b.trans ? b.rows : b.cols);
+    const auto inc_a = static_cast<blasint>(a.trans ? a.ld : 1);
+    cblas_sgemv(CblasRowMajor, trans, rows, cols, 1.0F, b.ptr, static_cast<blasint>(b.ld), a.ptr,
+                inc_a, 0.0F, out, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
+              m, n, k, 1.0F, a.ptr, static_cast<blasint>(a.ld), b.ptr, static_cast<blasint>(b.ld),
+              0.0F, out, static_cast<blasint>(ldo));
+}
+
+// Batched matmul: a[B..., M, K] @ b[B'..., K, N] -> out[B..., M, N], where b's
+// batch dims broadcast against a's (a 2-D b is shared by every batch).
+void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, KernelContext& ctx) {
+  sync_blas_threads(ctx.num_threads());
+  const int nd = out.ndim;
+  const std::int64_t m = out.sizes[nd - 2];
+  const std::int64_t n = out.sizes[nd - 1];
+  std::int64_t batch = 1;
+  for (int i = 0; i < nd - 2; ++i) batch *= out.sizes[i];
+
+  // a with contiguous rows over its batch dims folds into one big GEMM.
+  const bool fold = b.ndim == 2 && a.dtype == DType::f32 && out.dtype == DType::f32 && out.is_contiguous() &&
+                    a.strides[a.ndim - 1] == 1 && [&] {
+                      std::int64_t expect = a.strides[a.ndim - 2];
+                      for (int i = a.ndim - 3; i >= 0; --i) {
+                        if (a.sizes[i] != 1 && a.strides[i] != expect * a.sizes[i + 1]) return false;
+                        expect = a.strides[i];
+                      }
+                      return a.strides[a.ndim - 2] >= a.sizes[a.ndim - 1];
+                    }();
+  std::vector<float> sa, sb, so;
+  const Mat mb0 = describe(b, b.offset, sb);
+  if (fold) {
+    const Mat ma{static_cast<const float*>(a.data) + a.offset, batch * m, a.sizes[a.ndim - 1],
+                 a.strides[a.ndim - 2], false};
+    gemm(ma, mb0, static_cast<float*>(out.data) + out.offset, n);
+    return;
+  }
+  std::int64_t astr[1][kMaxDims] = {}, bstr[1][kMaxDims] = {};
+  std::int64_t batch_sizes[kMaxDims] = {};
+  for (int i = 0; i < nd - 2; ++i) batch_sizes[i] = out.sizes[i];
+  {
+    // Batch strides of a and b aligned to out's batch dims (0 where broadcast).
+    TensorArg ab = a, bb = b;
+    ab.ndim = a.ndim - 2;
+    bb.ndim = std::max(0, b.ndim - 2);
+    broadcast_strides(ab, nd - 2, batch_sizes, astr[0]);
+    broadcast_strides(bb, nd - 2, batch_sizes, bstr[0]);
+  }
+  std::int64_t index[kMaxDims] = {};
+  for (std::int64_t i = 0; i < batch; ++i) {
+    std::int64_t ao = a.offset, bo = b.offset, oo = out.offset;
+    for (int d = 0; d < nd - 2; ++d) {
+      ao += index[d] * astr[0][d];
+      bo += index[d] * bstr[0][d];
+      oo += index[d] * out.strides[d];
+    }
+    const Mat ma = describe(a, ao, sa);
+    const Mat mb = b.ndim == 2 ? mb0 : describe(b, bo, sb);
+    const bool direct = out.dtype == DType::f32 && out.strides[nd - 1] == 1;
+    if (direct) {
+      gemm(ma, mb, static_cast<float*>(out.data) + oo, out.strides[nd - 2]);
+    } else {
+      so.assign(static_cast<std::size_t>(m * n), 0.0F);
+      gemm(ma, mb, so.data(), n);
+      dispatch_float(out.dtype, [&]<typename T>() {
+        T* po = static_cast<T*>(out.data) + oo;
+        for (std::int64_t r = 0; r < m; ++r) {
+          for (std::int64_t c = 0; c < n; ++c) {
+            store(po + r * out.strides[nd - 2] + c * out.strides[nd - 1], so[static_cast<std::size_t>(r * n + c)]);
+          }
+        }
+      });
+    }
+    for (int d = nd - 3; d >= 0; --d) {
+      if (++index[d] < out.sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const ArgBlock& args, KernelContext& ctx) {
+  batched(args.tensors[0], args.tensors[1], args.tensors[2], ctx);
+}
+
+void linear(const ArgBlock& args, KernelContext& ctx) {
+  TensorArg wt = args.tensors[1];  // w[N, K] seen as w^T[K, N]: swap the dims
+  std::swap(wt.sizes[0], wt.sizes[1]);
+  std::swap(wt.strides[0], wt.strides[1]);
+  batched(args.tensors[0], wt, args.tensors[2], ctx);
+}
+
+}  // namespace sinkgraph::kernels::cpu

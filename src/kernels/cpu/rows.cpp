@@ -1,0 +1,134 @@
+// Operations over the last dimension: softmax, rms_norm, layer_norm, argmax.
+#include <cmath>
+#include <limits>
+
+#include "common.h"
+#include "kernels.h"
+
+namespace sinkgraph::kernels::cpu {
+
+namespace {
+inline std::int64_t last_stride(const TensorArg& t) { return t.ndim > 0 ? t.strides[t.ndim - 1] : 1; }
+inline std::int64_t last_size(const TensorArg& t) { return t.ndim > 0 ? t.sizes[t.ndim - 1] : 1; }
+}  // namespace
+
+void softmax(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  const std::int64_t os = last_stride(o);
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    T* po = static_cast<T*>(o.data);
+    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 0; i < n; ++i) mx = std::max(mx, load(px + xo + i * xs));
+      float sum = 0.0F;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float e = std::exp(load(px + xo + i * xs) - mx);
+        store(po + oo + i * os, e);
+        sum += e;
+      }
+      const float inv = 1.0F / sum;
+      for (std::int64_t i = 0; i < n; ++i) {
+        // Re-read the exponentials from x for f16/bf16 so rounding happens once.
+        const float e = std::exp(load(px + xo + i * xs) - mx);
+        store(po + oo + i * os, e * inv);
+      }
+    });
+  });
+}
+
+void rms_norm(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& w = args.tensors[1];
+  const TensorArg& o = args.tensors[2];
+  const auto eps = static_cast<float>(args.scalars[0].f);
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  const std::int64_t ws = last_stride(w);
+  const std::int64_t os = last_stride(o);
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    const T* pw = static_cast<const T*>(w.data) + w.offset;
+    T* po = static_cast<T*>(o.data);
+    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+      float ss = 0.0F;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = load(px + xo + i * xs);
+        ss += v * v;
+      }
+      const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
+      for (std::int64_t i = 0; i < n; ++i) {
+        store(po + oo + i * os, load(pw + i * ws) * (scale * load(px + xo + i * xs)));
+      }
+    });
+  });
+}
+
+void layer_norm(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& w = args.tensors[1];
+  const TensorArg& b = args.tensors[2];
+  const TensorArg& o = args.tensors[3];
+  const auto eps = static_cast<float>(args.scalars[0].f);
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  const std::int64_t ws = last_stride(w);
+  const std::int64_t bs = last_stride(b);
+  const std::int64_t os = last_stride(o);
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    const T* pw = static_cast<const T*>(w.data) + w.offset;
+    const T* pb = static_cast<const T*>(b.data) + b.offset;
+    T* po = static_cast<T*>(o.data);
+    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+      float mean = 0.0F;
+      for (std::int64_t i = 0; i < n; ++i) mean += load(px + xo + i * xs);
+      mean /= static_cast<float>(n);
+      float var = 0.0F;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float d = load(px + xo + i * xs) - mean;
+        var += d * d;
+      }
+      const float inv = 1.0F / std::sqrt(var / static_cast<float>(n) + eps);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = (load(px + xo + i * xs) - mean) * inv;
+        store(po + oo + i * os, v * load(pw + i * ws) + load(pb + i * bs));
+      }
+    });
+  });
+}
+
+void argmax(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  // Output has rank x.ndim - 1; view it with a trailing size-1 dim for the row walk.
+  TensorArg orow = o;
+  orow.ndim = x.ndim;
+  if (x.ndim > 0) {
+    orow.sizes[x.ndim - 1] = 1;
+    orow.strides[x.ndim - 1] = 1;
+  }
+  dispatch_all(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    auto* po = static_cast<std::int64_t*>(o.data);
+    for_each_last_dim_row(x, orow, [&](std::int64_t xo, std::int64_t oo) {
+      std::int64_t best = 0;
+      auto best_v = load(px + xo);
+      for (std::int64_t i = 1; i < n; ++i) {
+        const auto v = load(px + xo + i * xs);
+        if (v > best_v) {  // first index wins on ties; NaN never wins
+          best_v = v;
+          best = i;
+        }
+      }
+      po[oo] = best;
+    });
+  });
+}
+
+}  // namespace sinkgraph::kernels::cpu

@@ -1,0 +1,139 @@
+// Transformer pieces: rotary embedding, embedding lookup, attention over a KV cache.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "common.h"
+#include "kernels.h"
+
+namespace sinkgraph::kernels::cpu {
+
+void rope(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const std::int64_t pos0 = args.scalars[0].i;
+  const auto theta = static_cast<float>(args.scalars[1].f);
+  const bool half = args.scalars[2].i == 1;
+  const std::int64_t t_len = x.sizes[0], heads = x.sizes[1], d = x.sizes[2];
+  const std::int64_t pairs = d / 2;
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data) + x.offset;
+    T* po = static_cast<T*>(o.data) + o.offset;
+    for (std::int64_t t = 0; t < t_len; ++t) {
+      const auto pos = static_cast<float>(pos0 + t);
+      for (std::int64_t i = 0; i < pairs; ++i) {
+        // As llama2.c: freq = 1 / theta^(2i / D), in f32.
+        const float freq = 1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+        const float angle = pos * freq;
+        const float c = std::cos(angle);
+        const float s = std::sin(angle);
+        const std::int64_t i0 = half ? i : 2 * i;
+        const std::int64_t i1 = half ? i + pairs : 2 * i + 1;
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const T* xr = px + t * x.strides[0] + h * x.strides[1];
+          T* orow = po + t * o.strides[0] + h * o.strides[1];
+          const float a = load(xr + i0 * x.strides[2]);
+          const float b = load(xr + i1 * x.strides[2]);
+          store(orow + i0 * o.strides[2], a * c - b * s);
+          store(orow + i1 * o.strides[2], a * s + b * c);
+        }
+      }
+    }
+  });
+}
+
+void embedding(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& w = args.tensors[0];
+  const TensorArg& ids = args.tensors[1];
+  const TensorArg& o = args.tensors[2];
+  const std::int64_t vocab = w.sizes[0];
+  const std::int64_t dim = w.sizes[1];
+  const std::int64_t n = ids.numel();
+  const int od = o.ndim;  // = ids.ndim + 1
+  dispatch_float(w.dtype, [&]<typename T>() {
+    const T* pw = static_cast<const T*>(w.data) + w.offset;
+    T* po = static_cast<T*>(o.data) + o.offset;
+    for (std::int64_t k = 0; k < n; ++k) {
+      // Decompose the flat index k over ids' shape: ids and output rows may be strided.
+      std::int64_t id_off = ids.offset;
+      std::int64_t out_off = 0;
+      std::int64_t rem = k;
+      for (int dd = ids.ndim - 1; dd >= 0; --dd) {
+        const std::int64_t idx = rem % ids.sizes[dd];
+        rem /= ids.sizes[dd];
+        id_off += idx * ids.strides[dd];
+        out_off += idx * o.strides[dd];
+      }
+      const std::int64_t id = ids.dtype == DType::i32 ? static_cast<const std::int32_t*>(ids.data)[id_off]
+                                                      : static_cast<const std::int64_t*>(ids.data)[id_off];
+      if (id < 0 || id >= vocab) {
+        ctx.fail("token id " + std::to_string(id) + " at index " + std::to_string(k) +
+                 " is out of range for an embedding table of " + std::to_string(vocab) +
+                 " rows (expected 0 <= id < " + std::to_string(vocab) + ")");
+        return;
+      }
+      for (std::int64_t c = 0; c < dim; ++c) {
+        po[out_off + c * o.strides[od - 1]] = pw[id * w.strides[0] + c * w.strides[1]];
+      }
+    }
+  });
+}
+
+void attention(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& q = args.tensors[0];
+  const TensorArg& k = args.tensors[1];
+  const TensorArg& v = args.tensors[2];
+  const TensorArg& o = args.tensors[3];
+  const std::int64_t seq_len = args.scalars[0].i;
+  const auto scale = static_cast<float>(args.scalars[1].f);
+  const std::int64_t t_len = q.sizes[0], hq = q.sizes[1], d = q.sizes[2];
+  const std::int64_t cache = k.sizes[0], hkv = k.sizes[1];
+  if (seq_len < t_len || seq_len > cache) {
+    ctx.fail("seq_len " + std::to_string(seq_len) + " is out of range: expected " +
+             std::to_string(t_len) + " <= seq_len <= " + std::to_string(cache) +
+             " (the query rows and the cache length)");
+    return;
+  }
+  const std::int64_t group = hq / hkv;
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<std::size_t>(cache));
+  dispatch_float(q.dtype, [&]<typename T>() {
+    const T* pq = static_cast<const T*>(q.data) + q.offset;
+    const T* pk = static_cast<const T*>(k.data) + k.offset;
+    const T* pv = static_cast<const T*>(v.data) + v.offset;
+    T* po = static_cast<T*>(o.data) + o.offset;
+    for (std::int64_t t = 0; t < t_len; ++t) {
+      const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
+      for (std::int64_t h = 0; h < hq; ++h) {
+        const std::int64_t kvh = h / group;
+        const T* qrow = pq + t * q.strides[0] + h * q.strides[1];
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j < visible; ++j) {
+          const T* krow = pk + j * k.strides[0] + kvh * k.strides[1];
+          float dot = 0.0F;
+          for (std::int64_t c = 0; c < d; ++c) dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+          dot *= scale;
+          scores[static_cast<std::size_t>(j)] = dot;
+          mx = std::max(mx, dot);
+        }
+        float sum = 0.0F;
+        for (std::int64_t j = 0; j < visible; ++j) {
+          const float e = std::exp(scores[static_cast<std::size_t>(j)] - mx);
+          scores[static_cast<std::size_t>(j)] = e;
+          sum += e;
+        }
+        const float inv = 1.0F / sum;
+        T* orow = po + t * o.strides[0] + h * o.strides[1];
+        for (std::int64_t c = 0; c < d; ++c) {
+          float acc = 0.0F;
+          for (std::int64_t j = 0; j < visible; ++j) {
+            acc += scores[static_cast<std::size_t>(j)] * load(pv + j * v.strides[0] + kvh * v.strides[1] + c * v.strides[2]);
+          }
+          store(orow + c * o.strides[2], acc * inv);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace sinkgraph::kernels::cpu

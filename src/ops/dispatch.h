@@ -1,0 +1,62 @@
+#pragma once
+// The eager dispatcher (internal): validate, infer, allocate, launch.
+#include <initializer_list>
+#include <array>
+#include <span>
+#include <vector>
+
+#include "sinkgraph/op_registry.h"
+#include "sinkgraph/tensor.h"
+
+namespace sinkgraph::detail {
+
+// Runs `op` eagerly on the current stream of the inputs' device. `tensors`
+// and `scalars` are in schema order. Returns the output: fresh, a view, or the
+// mutated input of an in-place operator.
+Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
+                std::span<const ScalarValue> scalars);
+
+// Validation and shape inference alone (composite operators use it).
+struct Inferred {
+  Device* device = nullptr;
+  TensorMeta out;
+  ShapeArgs args;
+  std::array<TensorMeta, 8> inline_metas;
+  std::vector<TensorMeta> heap_metas;
+  Inferred() = default;
+  Inferred(const Inferred&) = delete;
+  Inferred& operator=(const Inferred&) = delete;
+};
+void infer(const OpDef& op, std::span<const Tensor* const> tensors,
+           std::span<const ScalarValue> scalars, Inferred& out);
+
+inline Tensor call(const OpDef& op, std::initializer_list<const Tensor*> tensors,
+                   std::initializer_list<ScalarValue> scalars = {}) {
+  return dispatch(op, std::span<const Tensor* const>(tensors.begin(), tensors.size()),
+                  std::span<const ScalarValue>(scalars.begin(), scalars.size()));
+}
+
+// The definition of the operator named `Name`, looked up once.
+template <const char* Name>
+const OpDef& op_def() {
+  static const OpDef& def = OpRegistry::instance().get(Name);
+  return def;
+}
+
+// An OpDef with a CPU kernel (nullptr for composite operators).
+OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, KernelFn cpu_kernel);
+
+// Shape-function helpers: each throws sinkgraph::Error naming op and argument.
+void check_floating(const TensorMeta& t, const char* op, const char* arg);
+void check_same_dtype(const TensorMeta& a, const TensorMeta& b, const char* op, const char* arg_a,
+                      const char* arg_b);
+void check_rank(const TensorMeta& t, int rank, const char* op, const char* arg);
+void check_dim(const SymInt& got, const SymInt& expected, const char* op, const char* what);
+
+// Registration of each operator family (called once by the registry).
+void register_elementwise_ops(OpRegistry& registry);
+void register_nn_ops(OpRegistry& registry);
+void register_shape_ops(OpRegistry& registry);
+void register_memory_ops(OpRegistry& registry);
+
+}  // namespace sinkgraph::detail

@@ -1,0 +1,95 @@
+// Elementwise operators: binary with broadcasting, scalar and unary forms.
+#include "../kernels/cpu/kernels.h"
+#include "dispatch.h"
+#include "sinkgraph/ops.h"
+
+namespace sinkgraph {
+namespace detail {
+
+inline constexpr char kAdd[] = "add";
+inline constexpr char kSub[] = "sub";
+inline constexpr char kMul[] = "mul";
+inline constexpr char kDiv[] = "div";
+inline constexpr char kAddScalar[] = "add_scalar";
+inline constexpr char kMulScalar[] = "mul_scalar";
+inline constexpr char kNeg[] = "neg";
+inline constexpr char kExp[] = "exp";
+inline constexpr char kSqrt[] = "sqrt";
+inline constexpr char kRsqrt[] = "rsqrt";
+inline constexpr char kRelu[] = "relu";
+inline constexpr char kSilu[] = "silu";
+inline constexpr char kGelu[] = "gelu";
+
+namespace {
+
+namespace k = kernels::cpu;
+
+template <const char* Name>
+TensorMeta binary_shape(const ShapeArgs& args) {
+  const TensorMeta& a = args.tensors[0];
+  const TensorMeta& b = args.tensors[1];
+  check_same_dtype(a, b, Name, "a", "b");
+  SG_CHECK(a.dtype != DType::boolean, Name, ": bool tensors are not supported (a: bool",
+           shape_str(a.shape), ")");
+  return {a.dtype, broadcast_shapes(a.shape, b.shape, Name), a.device};
+}
+
+template <const char* Name>
+TensorMeta float_unary_shape(const ShapeArgs& args) {
+  check_floating(args.tensors[0], Name, "x");
+  return args.tensors[0];
+}
+
+TensorMeta div_shape(const ShapeArgs& args) {
+  check_floating(args.tensors[0], kDiv, "a");
+  return binary_shape<kDiv>(args);
+}
+
+
+}  // namespace
+
+void register_elementwise_ops(OpRegistry& r) {
+  const ArgSpec a{"a"}, b{"b"}, x{"x"};
+  const ArgSpec value{"value", ArgKind::real};
+  r.add(make_op(kAdd, {a, b}, binary_shape<kAdd>, k::add));
+  r.add(make_op(kSub, {a, b}, binary_shape<kSub>, k::sub));
+  r.add(make_op(kMul, {a, b}, binary_shape<kMul>, k::mul));
+  r.add(make_op(kDiv, {a, b}, div_shape, k::div));
+  r.add(make_op(kAddScalar, {x, value}, float_unary_shape<kAddScalar>, k::add_scalar));
+  r.add(make_op(kMulScalar, {x, value}, float_unary_shape<kMulScalar>, k::mul_scalar));
+  r.add(make_op(kNeg, {x}, float_unary_shape<kNeg>, k::neg));
+  r.add(make_op(kExp, {x}, float_unary_shape<kExp>, k::exp));
+  r.add(make_op(kSqrt, {x}, float_unary_shape<kSqrt>, k::sqrt));
+  r.add(make_op(kRsqrt, {x}, float_unary_shape<kRsqrt>, k::rsqrt));
+  r.add(make_op(kRelu, {x}, float_unary_shape<kRelu>, k::relu));
+  r.add(make_op(kSilu, {x}, float_unary_shape<kSilu>, k::silu));
+  r.add(make_op(kGelu, {x}, float_unary_shape<kGelu>, k::gelu));
+}
+
+}  // namespace detail
+
+namespace ops {
+
+using detail::call;
+using detail::op_def;
+
+Tensor add(const Tensor& a, const Tensor& b) { return call(op_def<detail::kAdd>(), {&a, &b}); }
+Tensor sub(const Tensor& a, const Tensor& b) { return call(op_def<detail::kSub>(), {&a, &b}); }
+Tensor mul(const Tensor& a, const Tensor& b) { return call(op_def<detail::kMul>(), {&a, &b}); }
+Tensor div(const Tensor& a, const Tensor& b) { return call(op_def<detail::kDiv>(), {&a, &b}); }
+Tensor add_scalar(const Tensor& x, double value) {
+  return call(op_def<detail::kAddScalar>(), {&x}, {value});
+}
+Tensor mul_scalar(const Tensor& x, double value) {
+  return call(op_def<detail::kMulScalar>(), {&x}, {value});
+}
+Tensor neg(const Tensor& x) { return call(op_def<detail::kNeg>(), {&x}); }
+Tensor exp(const Tensor& x) { return call(op_def<detail::kExp>(), {&x}); }
+Tensor sqrt(const Tensor& x) { return call(op_def<detail::kSqrt>(), {&x}); }
+Tensor rsqrt(const Tensor& x) { return call(op_def<detail::kRsqrt>(), {&x}); }
+Tensor relu(const Tensor& x) { return call(op_def<detail::kRelu>(), {&x}); }
+Tensor silu(const Tensor& x) { return call(op_def<detail::kSilu>(), {&x}); }
+Tensor gelu(const Tensor& x) { return call(op_def<detail::kGelu>(), {&x}); }
+
+}  // namespace ops
+}  // namespace sinkgraph

@@ -1,0 +1,201 @@
+// Linear algebra, normalisation and transformer operators.
+#include <cmath>
+
+#include "../kernels/cpu/kernels.h"
+#include "dispatch.h"
+#include "sinkgraph/ops.h"
+
+namespace sinkgraph {
+namespace detail {
+
+inline constexpr char kMatmul[] = "matmul";
+inline constexpr char kLinear[] = "linear";
+inline constexpr char kSoftmax[] = "softmax";
+inline constexpr char kRmsNorm[] = "rms_norm";
+inline constexpr char kLayerNorm[] = "layer_norm";
+inline constexpr char kRope[] = "rope";
+inline constexpr char kEmbedding[] = "embedding";
+inline constexpr char kAttention[] = "attention";
+inline constexpr char kArgmax[] = "argmax";
+
+namespace {
+
+namespace k = kernels::cpu;
+
+TensorMeta matmul_shape(const ShapeArgs& args) {
+  const TensorMeta& a = args.tensors[0];
+  const TensorMeta& b = args.tensors[1];
+  check_floating(a, kMatmul, "a");
+  check_same_dtype(a, b, kMatmul, "a", "b");
+  const int na = a.shape.size();
+  const int nb = b.shape.size();
+  SG_CHECK(na >= 2 && nb >= 2, "matmul: expected a[..., M, K] and b[..., K, N] with at least 2 dims, got a",
+           shape_str(a.shape), " and b", shape_str(b.shape));
+  SG_CHECK(a.shape[na - 1] == b.shape[nb - 2], "matmul: inner dimensions differ: a", shape_str(a.shape),
+           " has K=", a.shape[na - 1].str(), " but b", shape_str(b.shape), " has K=",
+           b.shape[nb - 2].str());
+  SG_CHECK(nb == 2 || nb == na, "matmul: b", shape_str(b.shape), " must be 2-D or have a's rank ", na,
+           " (a", shape_str(a.shape), ")");
+  if (nb == na) {
+    for (int i = 0; i < na - 2; ++i) {
+      SG_CHECK(b.shape[i] == a.shape[i] || b.shape[i] == SymInt(1), "matmul: batch dimension ", i,
+               " of b", shape_str(b.shape), " is ", b.shape[i].str(), "; expected ", a.shape[i].str(),
+               " (a", shape_str(a.shape), ") or 1");
+    }
+  }
+  SymShape out = a.shape;
+  out[na - 1] = b.shape[nb - 1];
+  return {a.dtype, out, a.device};
+}
+
+TensorMeta linear_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  const TensorMeta& w = args.tensors[1];
+  check_floating(x, kLinear, "x");
+  check_same_dtype(x, w, kLinear, "x", "w");
+  SG_CHECK(x.shape.size() >= 2, "linear: x", shape_str(x.shape), " must have at least 2 dims [..., K]");
+  check_rank(w, 2, kLinear, "w");
+  SG_CHECK(x.shape.back() == w.shape[1], "linear: x", shape_str(x.shape), " has K=", x.shape.back().str(),
+           " but w", shape_str(w.shape), " is [N, K] with K=", w.shape[1].str());
+  SymShape out = x.shape;
+  out.back() = w.shape[0];
+  return {x.dtype, out, x.device};
+}
+
+TensorMeta softmax_shape(const ShapeArgs& args) {
+  check_floating(args.tensors[0], kSoftmax, "x");
+  return args.tensors[0];
+}
+
+void check_norm_weight(const TensorMeta& x, const TensorMeta& w, const char* op, const char* arg) {
+  check_same_dtype(x, w, op, "x", arg);
+  SG_CHECK(w.shape.size() == 1 && !x.shape.empty() && w.shape[0] == x.shape.back(), op, ": ", arg,
+           shape_str(w.shape), " must be 1-D with x's last dimension (x", shape_str(x.shape), ")");
+}
+
+TensorMeta rms_norm_shape(const ShapeArgs& args) {
+  check_floating(args.tensors[0], kRmsNorm, "x");
+  check_norm_weight(args.tensors[0], args.tensors[1], kRmsNorm, "weight");
+  SG_CHECK(args.real(0) >= 0.0, "rms_norm: eps must be >= 0, got ", args.real(0));
+  return args.tensors[0];
+}
+
+TensorMeta layer_norm_shape(const ShapeArgs& args) {
+  check_floating(args.tensors[0], kLayerNorm, "x");
+  check_norm_weight(args.tensors[0], args.tensors[1], kLayerNorm, "weight");
+  check_norm_weight(args.tensors[0], args.tensors[2], kLayerNorm, "bias");
+  SG_CHECK(args.real(0) >= 0.0, "layer_norm: eps must be >= 0, got ", args.real(0));
+  return args.tensors[0];
+}
+
+TensorMeta rope_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  check_floating(x, kRope, "x");
+  check_rank(x, 3, kRope, "x");
+  const auto d = x.shape[2].maybe_value();
+  SG_CHECK(!d || *d % 2 == 0, "rope: head size ", x.shape[2].str(), " of x", shape_str(x.shape),
+           " must be even");
+  SG_CHECK(args.real(1) > 0.0, "rope: theta must be > 0, got ", args.real(1));
+  const std::int64_t style = args.integer(2);
+  SG_CHECK(style == 0 || style == 1, "rope: style must be 0 (interleaved) or 1 (half), got ", style);
+  return x;
+}
+
+TensorMeta embedding_shape(const ShapeArgs& args) {
+  const TensorMeta& w = args.tensors[0];
+  const TensorMeta& ids = args.tensors[1];
+  check_floating(w, kEmbedding, "weight");
+  check_rank(w, 2, kEmbedding, "weight");
+  SG_CHECK(is_integral(ids.dtype), "embedding: ids has dtype ", dtype_name(ids.dtype), " (shape ",
+           shape_str(ids.shape), "); expected i32 or i64");
+  SymShape out = ids.shape;
+  out.push_back(w.shape[1]);
+  return {w.dtype, out, w.device};
+}
+
+TensorMeta attention_shape(const ShapeArgs& args) {
+  const TensorMeta& q = args.tensors[0];
+  const TensorMeta& k = args.tensors[1];
+  const TensorMeta& v = args.tensors[2];
+  check_floating(q, kAttention, "q");
+  check_same_dtype(q, k, kAttention, "q", "k");
+  check_same_dtype(q, v, kAttention, "q", "v");
+  check_rank(q, 3, kAttention, "q");
+  check_rank(k, 3, kAttention, "k");
+  check_rank(v, 3, kAttention, "v");
+  SG_CHECK(k.shape == v.shape, "attention: k", shape_str(k.shape), " and v", shape_str(v.shape),
+           " must have the same shape [S, Hkv, D]");
+  SG_CHECK(q.shape[2] == k.shape[2], "attention: head size of q", shape_str(q.shape), " is ",
+           q.shape[2].str(), " but k", shape_str(k.shape), " has ", k.shape[2].str());
+  const auto hq = q.shape[1].maybe_value();
+  const auto hkv = k.shape[1].maybe_value();
+  SG_CHECK(!hq || !hkv || (*hkv > 0 && *hq % *hkv == 0), "attention: q has ", q.shape[1].str(),
+           " heads, not a multiple of k's ", k.shape[1].str(), " kv heads");
+  const auto seq = args.sym(0).maybe_value();
+  SG_CHECK(!seq || *seq >= 0, "attention: seq_len must be >= 0, got ", *seq);
+  return q;
+}
+
+TensorMeta argmax_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  SG_CHECK(x.dtype != DType::boolean, "argmax: bool input is not supported");
+  SG_CHECK(!x.shape.empty(), "argmax: x must have at least 1 dimension");
+  SG_CHECK(!(x.shape.back() == SymInt(0)), "argmax: the last dimension of x", shape_str(x.shape),
+           " is empty");
+  SymShape out = x.shape;
+  out.erase(out.size() - 1);
+  return {DType::i64, out, x.device};
+}
+
+}  // namespace
+
+void register_nn_ops(OpRegistry& r) {
+  const ArgSpec x{"x"};
+  const ArgSpec eps{"eps", ArgKind::real};
+  r.add(make_op(kMatmul, {{"a"}, {"b"}}, matmul_shape, k::matmul));
+  r.add(make_op(kLinear, {x, {"w"}}, linear_shape, k::linear));
+  r.add(make_op(kSoftmax, {x}, softmax_shape, k::softmax));
+  r.add(make_op(kRmsNorm, {x, {"weight"}, eps}, rms_norm_shape, k::rms_norm));
+  r.add(make_op(kLayerNorm, {x, {"weight"}, {"bias"}, eps}, layer_norm_shape, k::layer_norm));
+  r.add(make_op(kRope,
+                {x, {"pos0", ArgKind::integer, /*updatable=*/true}, {"theta", ArgKind::real},
+                 {"style", ArgKind::integer}},
+                rope_shape, k::rope));
+  r.add(make_op(kEmbedding, {{"weight"}, {"ids"}}, embedding_shape, k::embedding));
+  r.add(make_op(kAttention,
+                {{"q"}, {"k"}, {"v"}, {"seq_len", ArgKind::integer, /*updatable=*/true},
+                 {"scale", ArgKind::real}},
+                attention_shape, k::attention));
+  r.add(make_op(kArgmax, {x}, argmax_shape, k::argmax));
+}
+
+}  // namespace detail
+
+namespace ops {
+
+using detail::call;
+using detail::op_def;
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return call(op_def<detail::kMatmul>(), {&a, &b}); }
+Tensor linear(const Tensor& x, const Tensor& w) { return call(op_def<detail::kLinear>(), {&x, &w}); }
+Tensor softmax(const Tensor& x) { return call(op_def<detail::kSoftmax>(), {&x}); }
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return call(op_def<detail::kRmsNorm>(), {&x, &weight}, {eps});
+}
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return call(op_def<detail::kLayerNorm>(), {&x, &weight, &bias}, {eps});
+}
+Tensor rope(const Tensor& x, const SymInt& pos0, double theta, RopeStyle style) {
+  return call(op_def<detail::kRope>(), {&x}, {pos0, theta, SymInt(static_cast<std::int64_t>(style))});
+}
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  return call(op_def<detail::kEmbedding>(), {&weight, &ids});
+}
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len, double scale) {
+  if (scale <= 0.0 && q.ndim() == 3) scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  return call(op_def<detail::kAttention>(), {&q, &k, &v}, {seq_len, scale});
+}
+Tensor argmax(const Tensor& x) { return call(op_def<detail::kArgmax>(), {&x}); }
+
+}  // namespace ops
+}  // namespace sinkgraph

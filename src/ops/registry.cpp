@@ -1,0 +1,201 @@
+#include <atomic>
+#include <deque>
+#include <unordered_map>
+
+#include "dispatch.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph {
+
+namespace {
+struct Counters {
+  std::atomic<std::uint64_t> dispatches{0};
+  std::atomic<std::uint64_t> shape_fns{0};
+  std::atomic<std::uint64_t> launches{0};
+};
+Counters g_counters;
+
+struct RegistryState {
+  std::deque<OpDef> ops;  // stable addresses
+  std::unordered_map<std::string, const OpDef*> by_name;
+};
+RegistryState& state() {
+  static RegistryState s;
+  return s;
+}
+}  // namespace
+
+OpRegistry::OpRegistry() {
+  detail::register_elementwise_ops(*this);
+  detail::register_nn_ops(*this);
+  detail::register_shape_ops(*this);
+  detail::register_memory_ops(*this);
+}
+
+OpRegistry& OpRegistry::instance() {
+  static OpRegistry registry;
+  return registry;
+}
+
+void OpRegistry::add(OpDef def) {
+  RegistryState& s = state();
+  SG_CHECK(!s.by_name.contains(def.schema.name), "operator '", def.schema.name,
+           "' is already registered");
+  SG_ASSERT(def.shape_fn != nullptr, def.schema.name, " has no shape function");
+  const std::string name = def.schema.name;
+  s.ops.push_back(std::move(def));
+  s.by_name.emplace(name, &s.ops.back());
+}
+
+const OpDef* OpRegistry::find(std::string_view name) const {
+  const auto& map = state().by_name;
+  const auto it = map.find(std::string(name));
+  return it == map.end() ? nullptr : it->second;
+}
+
+const OpDef& OpRegistry::get(std::string_view name) const {
+  const OpDef* op = find(name);
+  SG_CHECK(op != nullptr, "unknown operator '", name, "'");
+  return *op;
+}
+
+std::vector<std::string> OpRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& op : state().ops) out.push_back(op.schema.name);
+  return out;
+}
+
+DispatchCounters dispatch_counters() {
+  return {g_counters.dispatches.load(std::memory_order_relaxed),
+          g_counters.shape_fns.load(std::memory_order_relaxed),
+          g_counters.launches.load(std::memory_order_relaxed)};
+}
+
+namespace detail {
+
+namespace {
+// Name of the i-th tensor argument, for messages.
+std::string tensor_arg_name(const OpSchema& schema, std::size_t index) {
+  std::size_t i = 0;
+  for (const auto& arg : schema.args) {
+    if (arg.kind == ArgKind::tensor) {
+      if (i == index) return arg.name;
+      ++i;
+    } else if (arg.kind == ArgKind::tensor_list) {
+      return arg.name + "[" + std::to_string(index - i) + "]";
+    }
+  }
+  return "#" + std::to_string(index);
+}
+}  // namespace
+
+void infer(const OpDef& op, std::span<const Tensor* const> tensors,
+           std::span<const ScalarValue> scalars, Inferred& r) {
+  const char* name = op.schema.name.c_str();
+  TensorMeta* metas = r.inline_metas.data();
+  if (tensors.size() > r.inline_metas.size()) {
+    r.heap_metas.resize(tensors.size());
+    metas = r.heap_metas.data();
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = *tensors[i];
+    SG_CHECK(t.defined(), name, ": argument '", tensor_arg_name(op.schema, i), "' is an undefined tensor");
+    if (r.device == nullptr) {
+      r.device = &t.device();
+    } else {
+      SG_CHECK(&t.device() == r.device, name, ": argument '", tensor_arg_name(op.schema, i), "' is on ",
+               t.device().name(), " but '", tensor_arg_name(op.schema, 0), "' is on ",
+               r.device->name(), " (expected all tensors on one device)");
+    }
+    metas[i].dtype = t.dtype();
+    metas[i].shape = to_sym(t.shape());
+    metas[i].device = t.device().type();
+  }
+  if (r.device == nullptr) r.device = &cpu();
+  r.args = ShapeArgs{std::span<const TensorMeta>(metas, tensors.size()), scalars};
+  r.out = op.shape_fn(r.args);
+  g_counters.shape_fns.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
+                std::span<const ScalarValue> scalars) {
+  g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
+  const char* name = op.schema.name.c_str();
+  Inferred inferred;
+  infer(op, tensors, scalars, inferred);
+  const TensorMeta& out = inferred.out;
+  Device* device = inferred.device;
+  const ShapeArgs& shape_args = inferred.args;
+
+  if (op.schema.is_view) {
+    const Tensor& base = *tensors[0];
+    const ViewResult v = op.view_fn(base.shape(), base.strides(), base.offset(), shape_args);
+    return Tensor(base.storage(), out.dtype, v.shape, v.strides, v.offset);
+  }
+
+  const bool fresh = op.schema.alias_of < 0;
+  Tensor result = fresh ? Tensor::empty(to_concrete(out.shape), out.dtype, *device)
+                        : *tensors[static_cast<std::size_t>(op.schema.alias_of)];
+  const KernelFn kernel = op.kernels[static_cast<std::size_t>(device->type())];
+  SG_CHECK(kernel != nullptr, name, ": no kernel for ", device->name());
+
+  ArgBlock block;
+  SG_ASSERT(tensors.size() + (fresh ? 1 : 0) <= kMaxTensorArgs, name, ": too many tensor arguments");
+  for (std::size_t i = 0; i < tensors.size(); ++i) block.tensors[i] = tensors[i]->arg();
+  block.num_tensors = static_cast<std::uint16_t>(tensors.size());
+  if (fresh) block.tensors[block.num_tensors++] = result.arg();
+  for (const ScalarValue& s : scalars) {
+    ScalarArg slot{};
+    if (const auto* i = std::get_if<SymInt>(&s)) {
+      slot.i = i->value();
+    } else if (const auto* f = std::get_if<double>(&s)) {
+      slot.f = *f;
+    } else if (const auto* b = std::get_if<bool>(&s)) {
+      slot.i = *b ? 1 : 0;
+    } else if (const auto* d = std::get_if<DType>(&s)) {
+      slot.i = static_cast<std::int64_t>(*d);
+    } else {
+      continue;  // lists shape the output; kernels never read them
+    }
+    SG_ASSERT(block.num_scalars < kMaxScalarArgs, name, ": too many scalar arguments");
+    block.scalars[block.num_scalars++] = slot;
+  }
+  if (result.numel() == 0 && fresh) return result;
+  current_stream(*device).launch(kernel, block, name);
+  g_counters.launches.fetch_add(1, std::memory_order_relaxed);
+  return result;
+}
+
+OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, KernelFn cpu_kernel) {
+  OpDef def;
+  def.schema.name = name;
+  def.schema.args = std::move(args);
+  def.shape_fn = shape;
+  def.kernels[static_cast<std::size_t>(DeviceType::cpu)] = cpu_kernel;
+  return def;
+}
+
+void check_floating(const TensorMeta& t, const char* op, const char* arg) {
+  SG_CHECK(is_floating(t.dtype), op, ": argument '", arg, "' has dtype ", dtype_name(t.dtype),
+           " (shape ", shape_str(t.shape), "); expected f32, f16 or bf16");
+}
+
+void check_same_dtype(const TensorMeta& a, const TensorMeta& b, const char* op, const char* arg_a,
+                      const char* arg_b) {
+  SG_CHECK(a.dtype == b.dtype, op, ": arguments '", arg_a, "' (", dtype_name(a.dtype),
+           shape_str(a.shape), ") and '", arg_b, "' (", dtype_name(b.dtype), shape_str(b.shape),
+           ") must have the same dtype");
+}
+
+void check_rank(const TensorMeta& t, int rank, const char* op, const char* arg) {
+  SG_CHECK(t.shape.size() == rank, op, ": argument '", arg, "' has shape ", shape_str(t.shape),
+           "; expected ", rank, " dimensions");
+}
+
+void check_dim(const SymInt& got, const SymInt& expected, const char* op, const char* what) {
+  SG_CHECK(got == expected, op, ": ", what, " is ", got.str(), "; expected ", expected.str());
+}
+
+}  // namespace detail
+}  // namespace sinkgraph

@@ -1,0 +1,339 @@
+#include "sinkgraph/allocator.h"
+
+#include <algorithm>
+#include <sstream>
+#include <utility>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph {
+
+struct Block {
+  void* segment = nullptr;
+  std::size_t offset = 0;
+  std::size_t size = 0;
+  bool in_use = false;
+  // Streams that may still touch the block and their submitted count when it
+  // was freed (see Note [Stream-ordered reuse]). The first is the owner.
+  struct Use {
+    const Stream* stream;
+    std::uint64_t until;
+  };
+  std::vector<Use> uses;
+  [[nodiscard]] void* ptr() const { return static_cast<char*>(segment) + offset; }
+};
+
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+
+// Size classes: multiples of 512 bytes up to 1 MiB, then multiples of 64 KiB.
+std::size_t round_size(std::size_t bytes) {
+  const std::size_t quantum = bytes <= kSmallLimit ? 512 : (std::size_t{64} << 10);
+  return std::max<std::size_t>(quantum, (bytes + quantum - 1) / quantum * quantum);
+}
+
+void raise_peak(std::atomic<std::int64_t>& peak, std::int64_t value) {
+  std::int64_t prev = peak.load(std::memory_order_relaxed);
+  while (value > prev && !peak.compare_exchange_weak(prev, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+std::string to_string(const AllocatorStats& s) {
+  std::ostringstream out;
+  out << "allocated " << s.allocated_bytes << " B, reserved " << s.reserved_bytes
+      << " B, peak allocated " << s.peak_allocated_bytes << " B, peak reserved "
+      << s.peak_reserved_bytes << " B, " << s.num_allocs << " allocations, " << s.num_frees
+      << " frees, " << s.num_cache_hits << " cache hits, " << s.num_device_allocs
+      << " device allocations";
+  return out.str();
+}
+
+// ---- DataPtr ---------------------------------------------------------------
+
+DataPtr::DataPtr(DataPtr&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      block_(std::exchange(other.block_, nullptr)),
+      pool_(std::move(other.pool_)) {}
+
+DataPtr& DataPtr::operator=(DataPtr&& other) noexcept {
+  if (this != &other) {
+    if (block_ != nullptr) pool_->free(block_);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    block_ = std::exchange(other.block_, nullptr);
+    pool_ = std::move(other.pool_);
+  }
+  return *this;
+}
+
+DataPtr::~DataPtr() {
+  if (block_ != nullptr) pool_->free(block_);
+}
+
+void DataPtr::record_stream(Stream& stream) {
+  SG_CHECK(block_ != nullptr, "record_stream on an empty allocation");
+  pool_->record_stream(block_, stream);
+}
+
+// ---- MemPool ---------------------------------------------------------------
+
+MemPool::MemPool(Device& device, std::string name, std::uint64_t id)
+    : device_(device), name_(std::move(name)), id_(id) {}
+
+MemPool::~MemPool() {
+  // Every allocation holds a reference to its pool, so all blocks are free.
+  for (auto& block : blocks_) {
+    device_.allocator().device_free(block->segment, block->size);
+  }
+}
+
+AllocatorStats MemPool::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void MemPool::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+namespace {
+bool reusable_by(const Block& block, const Stream& stream) {
+  return std::all_of(block.uses.begin(), block.uses.end(), [&](const Block::Use& use) {
+    return use.stream == nullptr || use.stream == &stream || use.stream->completed() >= use.until;
+  });
+}
+}  // namespace
+
+Block* MemPool::find_reusable(std::size_t bytes, const Stream& stream) {
+  // Best fit among blocks no larger than twice the request.
+  for (auto it = free_blocks_.lower_bound(bytes); it != free_blocks_.end() && it->first <= 2 * bytes;
+       ++it) {
+    Block* block = it->second;
+    if (reusable_by(*block, stream)) {
+      free_blocks_.erase(it);
+      return block;
+    }
+  }
+  return nullptr;
+}
+
+DataPtr MemPool::allocate(std::size_t bytes, Stream& stream) {
+  const std::size_t size = round_size(bytes);
+  std::unique_lock lock(mutex_);
+  Block* block = find_reusable(size, stream);
+  if (block != nullptr) {
+    ++stats_.num_cache_hits;
+  } else {
+    lock.unlock();
+    void* segment = device_.allocator().device_alloc(size, *this);
+    lock.lock();
+    auto owned = std::make_unique<Block>();
+    owned->segment = segment;
+    owned->size = size;
+    block = owned.get();
+    blocks_.push_back(std::move(owned));
+    ++stats_.num_device_allocs;
+    stats_.reserved_bytes += static_cast<std::int64_t>(size);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  }
+  block->in_use = true;
+  block->uses.assign(1, Block::Use{&stream, 0});
+  ++stats_.num_allocs;
+  stats_.allocated_bytes += static_cast<std::int64_t>(block->size);
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  lock.unlock();
+
+  Allocator& alloc = device_.allocator();
+  const std::int64_t now = alloc.allocated_bytes_.fetch_add(static_cast<std::int64_t>(block->size),
+                                                            std::memory_order_relaxed) +
+                           static_cast<std::int64_t>(block->size);
+  raise_peak(alloc.peak_allocated_bytes_, now);
+
+  DataPtr out;
+  out.ptr_ = block->ptr();
+  out.size_ = bytes;
+  out.block_ = block;
+  out.pool_ = shared_from_this();
+  return out;
+}
+
+void MemPool::free(Block* block) noexcept {
+  std::lock_guard lock(mutex_);
+  SG_ASSERT(block->in_use);
+  block->in_use = false;
+  for (auto& use : block->uses) {
+    if (use.stream != nullptr) use.until = use.stream->submitted();
+  }
+  ++stats_.num_frees;
+  stats_.allocated_bytes -= static_cast<std::int64_t>(block->size);
+  device_.allocator().allocated_bytes_.fetch_sub(static_cast<std::int64_t>(block->size),
+                                                 std::memory_order_relaxed);
+  free_blocks_.emplace(block->size, block);
+}
+
+void MemPool::record_stream(Block* block, Stream& stream) {
+  std::lock_guard lock(mutex_);
+  for (const auto& use : block->uses) {
+    if (use.stream == &stream) return;
+  }
+  block->uses.push_back(Block::Use{&stream, 0});
+}
+
+void MemPool::forget_stream(const Stream& stream) {
+  std::lock_guard lock(mutex_);
+  for (auto& block : blocks_) {
+    for (auto& use : block->uses) {
+      if (use.stream == &stream) use.stream = nullptr;  // drained: no longer a constraint
+    }
+  }
+}
+
+void MemPool::release_cached() {
+  std::lock_guard lock(mutex_);
+  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
+    Block* block = it->second;
+    const bool idle = std::all_of(block->uses.begin(), block->uses.end(), [](const Block::Use& u) {
+      return u.stream == nullptr || u.stream->completed() >= u.until;
+    });
+    if (!idle) {
+      ++it;
+      continue;
+    }
+    it = free_blocks_.erase(it);
+    device_.allocator().device_free(block->segment, block->size);
+    stats_.reserved_bytes -= static_cast<std::int64_t>(block->size);
+    std::erase_if(blocks_, [&](const auto& b) { return b.get() == block; });
+  }
+}
+
+// ---- Allocator ---------------------------------------------------------------
+
+Allocator::Allocator(Device& device)
+    : device_(device), default_pool_(std::make_shared<MemPool>(device, "default", 0)) {
+  pools_.push_back(default_pool_);
+}
+
+Allocator::~Allocator() = default;
+
+DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
+  SG_ASSERT(&stream.device() == &device_, "stream of another device");
+  std::shared_ptr<MemPool> pool;
+  {
+    std::lock_guard lock(mutex_);
+    if (!routes_.empty()) {
+      const auto it = routes_.find(stream.id());
+      if (it != routes_.end()) pool = it->second;
+    }
+  }
+  return (pool ? *pool : *default_pool_).allocate(bytes, stream);
+}
+
+void* Allocator::device_alloc(std::size_t bytes, MemPool& pool) {
+  const auto over_limit = [&] {
+    const std::int64_t limit = limit_bytes_.load(std::memory_order_relaxed);
+    return limit > 0 &&
+           reserved_bytes_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(bytes) > limit;
+  };
+  if (over_limit()) empty_cache();
+  void* ptr = over_limit() ? nullptr : device_.raw_alloc(bytes);
+  if (ptr == nullptr) {
+    empty_cache();
+    ptr = over_limit() ? nullptr : device_.raw_alloc(bytes);
+  }
+  SG_CHECK(ptr != nullptr, "out of memory on ", device_.name(), ": cannot allocate ", bytes,
+           " bytes for pool '", pool.name(), "' (limit ", limit_bytes_.load(), " B; ",
+           to_string(stats()), ")");
+  const std::int64_t now =
+      reserved_bytes_.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed) +
+      static_cast<std::int64_t>(bytes);
+  raise_peak(peak_reserved_bytes_, now);
+  return ptr;
+}
+
+void Allocator::device_free(void* ptr, std::size_t bytes) noexcept {
+  device_.raw_free(ptr);
+  reserved_bytes_.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+}
+
+std::shared_ptr<MemPool> Allocator::create_pool(const std::string& name) {
+  auto pool = std::make_shared<MemPool>(device_, name, next_pool_id_.fetch_add(1));
+  std::lock_guard lock(mutex_);
+  std::erase_if(pools_, [](const auto& weak) { return weak.expired(); });
+  pools_.push_back(pool);
+  return pool;
+}
+
+AllocatorStats Allocator::stats() const {
+  AllocatorStats total;
+  std::vector<std::shared_ptr<MemPool>> pools;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& weak : pools_) {
+      if (auto p = weak.lock()) pools.push_back(std::move(p));
+    }
+  }
+  for (const auto& pool : pools) {
+    const AllocatorStats s = pool->stats();
+    total.num_allocs += s.num_allocs;
+    total.num_frees += s.num_frees;
+    total.num_cache_hits += s.num_cache_hits;
+    total.num_device_allocs += s.num_device_allocs;
+  }
+  total.allocated_bytes = allocated_bytes_.load(std::memory_order_relaxed);
+  total.reserved_bytes = reserved_bytes_.load(std::memory_order_relaxed);
+  total.peak_allocated_bytes = peak_allocated_bytes_.load(std::memory_order_relaxed);
+  total.peak_reserved_bytes = peak_reserved_bytes_.load(std::memory_order_relaxed);
+  return total;
+}
+
+void Allocator::reset_peak() {
+  peak_allocated_bytes_.store(allocated_bytes_.load());
+  peak_reserved_bytes_.store(reserved_bytes_.load());
+  default_pool_->reset_peak();
+}
+
+void Allocator::empty_cache() { default_pool_->release_cached(); }
+
+void Allocator::set_memory_limit(std::int64_t bytes) {
+  SG_CHECK(bytes >= 0, "set_memory_limit: the limit must be >= 0 bytes, got ", bytes);
+  limit_bytes_.store(bytes);
+}
+
+void Allocator::route_stream(const Stream& stream, std::shared_ptr<MemPool> pool) {
+  std::lock_guard lock(mutex_);
+  if (pool) {
+    routes_[stream.id()] = std::move(pool);
+  } else {
+    routes_.erase(stream.id());
+  }
+}
+
+void Allocator::forget_stream(const Stream& stream) {
+  std::vector<std::shared_ptr<MemPool>> pools;
+  {
+    std::lock_guard lock(mutex_);
+    routes_.erase(stream.id());
+    for (const auto& weak : pools_) {
+      if (auto p = weak.lock()) pools.push_back(std::move(p));
+    }
+  }
+  for (const auto& pool : pools) pool->forget_stream(stream);
+}
+
+PoolScope::PoolScope(Stream& stream, std::shared_ptr<MemPool> pool) : stream_(stream) {
+  SG_CHECK(pool != nullptr, "PoolScope needs a pool");
+  stream.device().allocator().route_stream(stream, std::move(pool));
+}
+
+PoolScope::~PoolScope() { stream_.device().allocator().route_stream(stream_, nullptr); }
+
+}  // namespace sinkgraph

@@ -1,0 +1,230 @@
+#include "cpu_stream.h"
+
+#include <cstring>
+#include <utility>
+
+#include "sinkgraph/allocator.h"
+#include "sinkgraph/error.h"
+
+namespace sinkgraph::cpu_device {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+class CpuStream::Context final : public KernelContext {
+ public:
+  explicit Context(CpuStream& stream) : stream_(stream) {}
+  void fail(const std::string& message) override {
+    stream_.set_sticky_error(std::string(current_name) + ": " + message);
+  }
+  [[nodiscard]] int num_threads() const override { return sinkgraph::num_threads(); }
+  const char* current_name = "";
+
+ private:
+  CpuStream& stream_;
+};
+
+CpuStream::CpuStream(Device& device, const StreamOptions& options)
+    : Stream(device, options.name), spin_ns_(options.spin_us * 1000), ring_(kCapacity) {
+  SG_CHECK(options.spin_us >= 0, "StreamOptions::spin_us must be >= 0, got ", options.spin_us);
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+CpuStream::~CpuStream() {
+  enqueue([](Entry& e) { e.kind = Kind::stop; });
+  worker_.join();
+  device().allocator().forget_stream(*this);
+}
+
+template <typename Fill>
+void CpuStream::enqueue(Fill&& fill) {
+  {
+    std::lock_guard lock(producer_mutex_);
+    const std::uint64_t t = tail_.load(std::memory_order_relaxed);
+    // Back-pressure: a full ring waits for the worker to take an entry.
+    while (t - head_.load(std::memory_order_acquire) >= kCapacity) std::this_thread::yield();
+    Entry& entry = ring_[t % kCapacity];
+    fill(entry);
+    tail_.store(t + 1, std::memory_order_seq_cst);
+  }
+  if (sleeping_.load(std::memory_order_seq_cst)) tail_.notify_one();
+}
+
+void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
+  const std::int64_t start = now_ns();
+  std::int64_t expected = 0;
+  first_launch_ns_.compare_exchange_strong(expected, start, std::memory_order_relaxed);
+  enqueue([&](Entry& e) {
+    e.kind = Kind::kernel;
+    e.fn = fn;
+    e.name = name;
+    e.event.reset();
+    std::memcpy(static_cast<void*>(&e.args), &args, args.used_bytes());
+  });
+  launches_.fetch_add(1, std::memory_order_relaxed);
+  host_launch_ns_.fetch_add(now_ns() - start, std::memory_order_relaxed);
+}
+
+void CpuStream::record(Event& event) {
+  const auto& state = event.state();
+  const std::uint64_t generation = state->recorded.fetch_add(1) + 1;
+  enqueue([&](Entry& e) {
+    e.kind = Kind::record;
+    e.event = state;
+    e.generation = generation;
+  });
+}
+
+void CpuStream::wait(const Event& event) {
+  const auto& state = event.state();
+  const std::uint64_t generation = state->recorded.load(std::memory_order_acquire);
+  if (generation == 0) return;  // never recorded: nothing to wait for
+  enqueue([&](Entry& e) {
+    e.kind = Kind::wait;
+    e.event = state;
+    e.generation = generation;
+  });
+}
+
+void CpuStream::worker_loop() {
+  Context ctx(*this);
+  std::uint64_t head = 0;
+  for (;;) {
+    std::uint64_t tail = tail_.load(std::memory_order_acquire);
+    if (tail == head) {
+      const std::int64_t deadline = now_ns() + spin_ns_;
+      for (int i = 0; tail == head; ++i) {
+        cpu_relax();
+        tail = tail_.load(std::memory_order_acquire);
+        if ((i & 63) == 63 && now_ns() >= deadline) break;
+      }
+      if (tail == head) {
+        sleeping_.store(true, std::memory_order_seq_cst);
+        tail = tail_.load(std::memory_order_seq_cst);
+        if (tail == head) tail_.wait(head, std::memory_order_seq_cst);
+        sleeping_.store(false, std::memory_order_relaxed);
+        continue;
+      }
+    }
+    Entry& entry = ring_[head % kCapacity];
+    const bool stop = entry.kind == Kind::stop;
+    run(entry, ctx);
+    entry.event.reset();
+    ++head;
+    head_.store(head, std::memory_order_release);
+    completed_.store(head, std::memory_order_seq_cst);
+    if (host_waiting_.load(std::memory_order_seq_cst) > 0) completed_.notify_all();
+    if (stop) return;
+  }
+}
+
+void CpuStream::run(Entry& entry, Context& ctx) {
+  switch (entry.kind) {
+    case Kind::kernel: {
+      const std::int64_t start = now_ns();
+      ctx.current_name = entry.name;
+      try {
+        entry.fn(entry.args, ctx);
+      } catch (const std::exception& e) {  // kernels should not throw; never lose it
+        ctx.fail(e.what());
+      }
+      const std::int64_t end = now_ns();
+      busy_ns_.fetch_add(end - start, std::memory_order_relaxed);
+      kernels_.fetch_add(1, std::memory_order_relaxed);
+      last_completion_ns_.store(end, std::memory_order_relaxed);
+      if (tracing_.load(std::memory_order_relaxed)) {
+        std::lock_guard lock(spans_mutex_);
+        spans_.push_back(KernelSpan{entry.name, start, end});
+      }
+      break;
+    }
+    case Kind::record: {
+      const std::int64_t t = now_ns();
+      entry.event->timestamp_ns.store(t, std::memory_order_relaxed);
+      entry.event->completed.store(entry.generation, std::memory_order_release);
+      entry.event->completed.notify_all();
+      last_completion_ns_.store(t, std::memory_order_relaxed);
+      break;
+    }
+    case Kind::wait: {
+      auto& completed = entry.event->completed;
+      const std::int64_t deadline = now_ns() + spin_ns_;
+      std::uint64_t done = completed.load(std::memory_order_acquire);
+      for (int i = 0; done < entry.generation; ++i) {
+        if ((i & 63) == 63 && now_ns() >= deadline) {
+          completed.wait(done, std::memory_order_acquire);
+        } else {
+          cpu_relax();
+        }
+        done = completed.load(std::memory_order_acquire);
+      }
+      break;
+    }
+    case Kind::stop:
+      break;
+  }
+}
+
+void CpuStream::wait_completed(std::uint64_t target) const {
+  const std::int64_t deadline = now_ns() + spin_ns_;
+  for (int i = 0; completed_.load(std::memory_order_acquire) < target; ++i) {
+    cpu_relax();
+    if ((i & 63) == 63 && now_ns() >= deadline) break;
+  }
+  if (completed_.load(std::memory_order_acquire) >= target) return;
+  host_waiting_.fetch_add(1, std::memory_order_seq_cst);
+  for (;;) {
+    const std::uint64_t done = completed_.load(std::memory_order_seq_cst);
+    if (done >= target) break;
+    completed_.wait(done, std::memory_order_seq_cst);
+  }
+  host_waiting_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void CpuStream::synchronize() {
+  wait_completed(tail_.load(std::memory_order_acquire));
+  check_error();
+}
+
+bool CpuStream::query() const {
+  return completed_.load(std::memory_order_acquire) >= tail_.load(std::memory_order_acquire);
+}
+
+std::uint64_t CpuStream::submitted() const { return tail_.load(std::memory_order_acquire); }
+
+std::uint64_t CpuStream::completed() const { return completed_.load(std::memory_order_acquire); }
+
+StreamCounters CpuStream::counters() const {
+  StreamCounters c;
+  c.launches = launches_.load(std::memory_order_relaxed);
+  c.kernels = kernels_.load(std::memory_order_relaxed);
+  c.host_launch_ns = host_launch_ns_.load(std::memory_order_relaxed);
+  c.device_busy_ns = busy_ns_.load(std::memory_order_relaxed);
+  const std::int64_t first = first_launch_ns_.load(std::memory_order_relaxed);
+  const std::int64_t last = last_completion_ns_.load(std::memory_order_relaxed);
+  c.window_ns = (first > 0 && last > first) ? last - first : 0;
+  return c;
+}
+
+void CpuStream::reset_counters() {
+  launches_.store(0, std::memory_order_relaxed);
+  kernels_.store(0, std::memory_order_relaxed);
+  host_launch_ns_.store(0, std::memory_order_relaxed);
+  busy_ns_.store(0, std::memory_order_relaxed);
+  first_launch_ns_.store(0, std::memory_order_relaxed);
+  last_completion_ns_.store(0, std::memory_order_relaxed);
+}
+
+void CpuStream::set_tracing(bool on) { tracing_.store(on, std::memory_order_relaxed); }
+
+std::vector<KernelSpan> CpuStream::take_spans() {
+  std::lock_guard lock(spans_mutex_);
+  return std::exchange(spans_, {});
+}
+
+}  // namespace sinkgraph::cpu_device

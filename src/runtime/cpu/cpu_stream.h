@@ -1,0 +1,83 @@
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sinkgraph/event.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph::cpu_device {
+
+// Note [CPU stream worker]
+// Each CPU stream owns a ring of queue entries and one worker thread that runs
+// them in order. Producers (any host thread) append under a mutex and publish
+// with a release store of `tail_`; the worker consumes from `head_`. An idle
+// worker spins for StreamOptions::spin_us and then parks in a futex wait on
+// `tail_`; a producer only pays the wake-up system call when `sleeping_` is
+// set (the seq_cst store/load pair on both sides rules out a lost wake-up).
+// synchronize() waits on `completed_` the same way, so the worker only calls
+// notify when a host thread is actually waiting.
+class CpuStream final : public Stream {
+ public:
+  CpuStream(Device& device, const StreamOptions& options);
+  ~CpuStream() override;
+
+  void launch(KernelFn fn, const ArgBlock& args, const char* name) override;
+  void record(Event& event) override;
+  void wait(const Event& event) override;
+  void synchronize() override;
+  [[nodiscard]] bool query() const override;
+  [[nodiscard]] std::uint64_t submitted() const override;
+  [[nodiscard]] std::uint64_t completed() const override;
+  [[nodiscard]] StreamCounters counters() const override;
+  void reset_counters() override;
+  void set_tracing(bool on) override;
+  std::vector<KernelSpan> take_spans() override;
+
+ private:
+  enum class Kind : std::uint8_t { kernel, record, wait, stop };
+  struct Entry {
+    Kind kind = Kind::kernel;
+    KernelFn fn = nullptr;
+    const char* name = nullptr;
+    std::shared_ptr<EventState> event;
+    std::uint64_t generation = 0;
+    ArgBlock args;
+  };
+  class Context;
+
+  // Appends one entry; `fill` writes it in place while the slot is owned.
+  template <typename Fill>
+  void enqueue(Fill&& fill);
+  void worker_loop();
+  void run(Entry& entry, Context& ctx);
+  void wait_completed(std::uint64_t target) const;
+
+  static constexpr std::uint64_t kCapacity = 1024;
+  const std::int64_t spin_ns_;
+  std::vector<Entry> ring_;
+  std::mutex producer_mutex_;
+  std::atomic<std::uint64_t> tail_{0};       // entries published
+  std::atomic<std::uint64_t> head_{0};       // entries taken by the worker
+  mutable std::atomic<std::uint64_t> completed_{0};
+  std::atomic<bool> sleeping_{false};
+  mutable std::atomic<int> host_waiting_{0};
+
+  // Counters (relaxed atomics: read from any thread, written by one side).
+  std::atomic<std::uint64_t> launches_{0};
+  std::atomic<std::uint64_t> kernels_{0};
+  std::atomic<std::int64_t> host_launch_ns_{0};
+  std::atomic<std::int64_t> busy_ns_{0};
+  std::atomic<std::int64_t> first_launch_ns_{0};
+  std::atomic<std::int64_t> last_completion_ns_{0};
+
+  std::atomic<bool> tracing_{false};
+  std::mutex spans_mutex_;
+  std::vector<KernelSpan> spans_;
+
+  std::thread worker_;
+};
+
+}  // namespace sinkgraph::cpu_device
