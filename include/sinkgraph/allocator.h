@@ -144,6 +144,7 @@ class SG_API Allocator {
   std::shared_ptr<MemPool> default_pool_;
   mutable std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<MemPool>> routes_;  // stream id -> pool
+  std::atomic<std::size_t> num_routes_{0};  // lets allocate() skip the lock when no pool is routed
   std::vector<std::weak_ptr<MemPool>> pools_;
   std::atomic<std::int64_t> limit_bytes_{0};
   std::atomic<std::int64_t> reserved_bytes_{0};

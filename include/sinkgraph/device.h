@@ -2,6 +2,7 @@
 // Devices and the device registry (ggml-backend's split: device, stream,
 // buffer and registry are separate interfaces). Backends register here; which
 // ones exist is decided in CMake (src/runtime/cuda/no_cuda.cpp when CUDA is off).
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,7 @@ class SG_API Device {
   int index_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Stream> default_stream_;
+  std::atomic<Stream*> default_ptr_{nullptr};  // fast path once created
   std::once_flag default_once_;
 };
 

@@ -20,13 +20,16 @@
 
 namespace sinkgraph {
 
+// Plain data: no default member initializers, so building an ArgBlock on the
+// eager path costs no zeroing of slots it does not use. Tensor::arg() fills
+// every field.
 struct TensorArg {
-  void* data = nullptr;  // base of the storage
-  std::int64_t sizes[kMaxDims] = {};
-  std::int64_t strides[kMaxDims] = {};  // in elements
-  std::int64_t offset = 0;              // in elements, from data
-  std::int32_t ndim = 0;
-  DType dtype = DType::f32;
+  void* data;  // base of the storage
+  std::int64_t sizes[kMaxDims];
+  std::int64_t strides[kMaxDims];  // in elements
+  std::int64_t offset;             // in elements, from data
+  std::int32_t ndim;
+  DType dtype;
 
   template <typename T>
   [[nodiscard]] T* ptr() const {
@@ -58,7 +61,7 @@ inline constexpr int kMaxScalarArgs = 8;
 struct ArgBlock {
   std::uint16_t num_tensors = 0;
   std::uint16_t num_scalars = 0;
-  ScalarArg scalars[kMaxScalarArgs] = {};
+  ScalarArg scalars[kMaxScalarArgs];
   TensorArg tensors[kMaxTensorArgs];
 
   // Bytes that carry information: everything up to the last used tensor.

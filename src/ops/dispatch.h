@@ -21,7 +21,7 @@ struct Inferred {
   Device* device = nullptr;
   TensorMeta out;
   ShapeArgs args;
-  std::array<TensorMeta, 8> inline_metas;
+  std::array<TensorMeta, 4> inline_metas;
   std::vector<TensorMeta> heap_metas;
   Inferred() = default;
   Inferred(const Inferred&) = delete;

@@ -83,10 +83,10 @@ std::string tensor_arg_name(const OpSchema& schema, std::size_t index) {
       if (i == index) return arg.name;
       ++i;
     } else if (arg.kind == ArgKind::tensor_list) {
-      return arg.name + "[" + std::to_string(index - i) + "]";
+      return detail::concat(arg.name, "[", index - i, "]");
     }
   }
-  return "#" + std::to_string(index);
+  return detail::concat("#", index);
 }
 }  // namespace
 
@@ -109,7 +109,7 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
                r.device->name(), " (expected all tensors on one device)");
     }
     metas[i].dtype = t.dtype();
-    metas[i].shape = to_sym(t.shape());
+    for (const std::int64_t d : t.shape()) metas[i].shape.push_back(SymInt(d));
     metas[i].device = t.device().type();
   }
   if (r.device == nullptr) r.device = &cpu();

@@ -117,9 +117,9 @@ void* Tensor::data_ptr() const {
 TensorArg Tensor::arg() const {
   TensorArg a;
   a.data = storage_->data();
-  for (int i = 0; i < ndim(); ++i) {
-    a.sizes[i] = shape_[i];
-    a.strides[i] = strides_[i];
+  for (int i = 0; i < kMaxDims; ++i) {
+    a.sizes[i] = i < ndim() ? shape_[i] : 0;
+    a.strides[i] = i < ndim() ? strides_[i] : 0;
   }
   a.offset = offset_;
   a.ndim = ndim();

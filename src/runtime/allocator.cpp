@@ -134,7 +134,11 @@ DataPtr MemPool::allocate(std::size_t bytes, Stream& stream) {
     ++stats_.num_cache_hits;
   } else {
     lock.unlock();
-    void* segment = device_.allocator().device_alloc(size, *this);
+    Allocator& alloc = device_.allocator();
+    void* segment = alloc.device_alloc(size, *this);
+    SG_CHECK(segment != nullptr, "out of memory on ", device_.name(), ": cannot allocate ", bytes,
+             " bytes (", size, " after rounding) for pool '", name_, "' (limit ",
+             alloc.limit_bytes_.load(), " B; ", to_string(alloc.stats()), ")");
     lock.lock();
     auto owned = std::make_unique<Block>();
     owned->segment = segment;
@@ -227,17 +231,15 @@ Allocator::~Allocator() = default;
 DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
   SG_ASSERT(&stream.device() == &device_, "stream of another device");
   std::shared_ptr<MemPool> pool;
-  {
+  if (num_routes_.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(mutex_);
-    if (!routes_.empty()) {
-      const auto it = routes_.find(stream.id());
-      if (it != routes_.end()) pool = it->second;
-    }
+    const auto it = routes_.find(stream.id());
+    if (it != routes_.end()) pool = it->second;
   }
   return (pool ? *pool : *default_pool_).allocate(bytes, stream);
 }
 
-void* Allocator::device_alloc(std::size_t bytes, MemPool& pool) {
+void* Allocator::device_alloc(std::size_t bytes, MemPool& /*pool*/) {
   const auto over_limit = [&] {
     const std::int64_t limit = limit_bytes_.load(std::memory_order_relaxed);
     return limit > 0 &&
@@ -249,9 +251,7 @@ void* Allocator::device_alloc(std::size_t bytes, MemPool& pool) {
     empty_cache();
     ptr = over_limit() ? nullptr : device_.raw_alloc(bytes);
   }
-  SG_CHECK(ptr != nullptr, "out of memory on ", device_.name(), ": cannot allocate ", bytes,
-           " bytes for pool '", pool.name(), "' (limit ", limit_bytes_.load(), " B; ",
-           to_string(stats()), ")");
+  if (ptr == nullptr) return nullptr;  // the caller raises, naming the requested size
   const std::int64_t now =
       reserved_bytes_.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed) +
       static_cast<std::int64_t>(bytes);
@@ -315,6 +315,7 @@ void Allocator::route_stream(const Stream& stream, std::shared_ptr<MemPool> pool
   } else {
     routes_.erase(stream.id());
   }
+  num_routes_.store(routes_.size(), std::memory_order_release);
 }
 
 void Allocator::forget_stream(const Stream& stream) {
@@ -322,6 +323,7 @@ void Allocator::forget_stream(const Stream& stream) {
   {
     std::lock_guard lock(mutex_);
     routes_.erase(stream.id());
+    num_routes_.store(routes_.size(), std::memory_order_release);
     for (const auto& weak : pools_) {
       if (auto p = weak.lock()) pools.push_back(std::move(p));
     }

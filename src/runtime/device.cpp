@@ -52,10 +52,12 @@ std::string Device::name() const {
 std::unique_ptr<Stream> Device::create_stream() { return create_stream(StreamOptions{}); }
 
 Stream& Device::default_stream() {
+  if (Stream* s = default_ptr_.load(std::memory_order_acquire)) return *s;
   std::call_once(default_once_, [this] {
     StreamOptions options;
     options.name = "default";
     default_stream_ = create_stream(options);
+    default_ptr_.store(default_stream_.get(), std::memory_order_release);
   });
   return *default_stream_;
 }

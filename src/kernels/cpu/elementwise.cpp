@@ -7,9 +7,12 @@ namespace sinkgraph::kernels::cpu {
 
 namespace {
 
+// Elements per intra-op task: below this, threads cost more than they save.
+constexpr std::int64_t kGrain = 1 << 15;
+
 // out = op(a, b) with broadcasting; a, b and out share one dtype.
 template <typename Op>
-void binary(const ArgBlock& args, KernelContext&) {
+void binary(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& a = args.tensors[0];
   const TensorArg& b = args.tensors[1];
   const TensorArg& o = args.tensors[2];
@@ -26,7 +29,9 @@ void binary(const ArgBlock& args, KernelContext&) {
         pa += a.offset;
         pb += b.offset;
         po += o.offset;
-        for (std::int64_t i = 0; i < n; ++i) store(po + i, Op{}(load(pa + i), load(pb + i)));
+        parallel_for(ctx.num_threads(), n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t i = begin; i < end; ++i) store(po + i, Op{}(load(pa + i), load(pb + i)));
+        });
         return;
       }
       std::int64_t strides[3][kMaxDims] = {};
@@ -47,7 +52,7 @@ void binary(const ArgBlock& args, KernelContext&) {
 
 // out = op(x) over floating dtypes; `scalar` is args.scalars[0].f when used.
 template <typename Op>
-void unary(const ArgBlock& args, KernelContext&) {
+void unary(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& o = args.tensors[1];
   const float scalar = args.num_scalars > 0 ? static_cast<float>(args.scalars[0].f) : 0.0F;
@@ -58,7 +63,9 @@ void unary(const ArgBlock& args, KernelContext&) {
       const std::int64_t n = o.numel();
       px += x.offset;
       po += o.offset;
-      for (std::int64_t i = 0; i < n; ++i) store(po + i, Op{}(load(px + i), scalar));
+      parallel_for(ctx.num_threads(), n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) store(po + i, Op{}(load(px + i), scalar));
+      });
       return;
     }
     std::int64_t strides[2][kMaxDims] = {};

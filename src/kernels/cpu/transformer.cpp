@@ -95,16 +95,19 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
     return;
   }
   const std::int64_t group = hq / hkv;
-  thread_local std::vector<float> scores;
-  scores.resize(static_cast<std::size_t>(cache));
   dispatch_float(q.dtype, [&]<typename T>() {
     const T* pq = static_cast<const T*>(q.data) + q.offset;
     const T* pk = static_cast<const T*>(k.data) + k.offset;
     const T* pv = static_cast<const T*>(v.data) + v.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
-    for (std::int64_t t = 0; t < t_len; ++t) {
-      const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
-      for (std::int64_t h = 0; h < hq; ++h) {
+    // One task per (query row, head); each thread keeps its own score buffer.
+    parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
+      thread_local std::vector<float> scores;
+      scores.resize(static_cast<std::size_t>(cache));
+      for (std::int64_t task = begin; task < end; ++task) {
+        const std::int64_t t = task / hq;
+        const std::int64_t h = task % hq;
+        const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
         const std::int64_t kvh = h / group;
         const T* qrow = pq + t * q.strides[0] + h * q.strides[1];
         float mx = -std::numeric_limits<float>::infinity();
@@ -132,7 +135,7 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
           store(orow + c * o.strides[2], acc * inv);
         }
       }
-    }
+    });
   });
 }
 
