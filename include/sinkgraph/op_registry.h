@@ -70,10 +70,16 @@ struct ViewResult {
 using ViewFn = ViewResult (*)(const Shape& shape, const Strides& strides, std::int64_t offset,
                               const ShapeArgs& args);
 
+// Operators without a kernel of their own run as a composite of others
+// (cat: one copy per input into slices of its output).
+using CompositeFn = Tensor (*)(std::span<const Tensor* const> tensors,
+                               std::span<const ScalarValue> scalars);
+
 struct OpDef {
   OpSchema schema;
   ShapeFn shape_fn = nullptr;
   ViewFn view_fn = nullptr;  // views only
+  CompositeFn composite = nullptr;
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };
 
@@ -90,6 +96,22 @@ class SG_API OpRegistry {
   OpRegistry();
   std::vector<OpDef> ops_;
 };
+
+// Runs `op` eagerly, exactly as the ops:: functions do: the generic entry
+// point the IR interpreter uses. `tensors` and `scalars` are in schema order.
+SG_API Tensor run_op(const OpDef& op, std::span<const Tensor* const> tensors,
+                     std::span<const ScalarValue> scalars);
+
+// A per-thread hook that sees every operator call before it runs (the tracer
+// records calls instead of running them). set returns the previous hook.
+class SG_API DispatchInterceptor {
+ public:
+  virtual ~DispatchInterceptor() = default;
+  virtual Tensor intercept(const OpDef& op, std::span<const Tensor* const> tensors,
+                           std::span<const ScalarValue> scalars) = 0;
+};
+SG_API DispatchInterceptor* set_dispatch_interceptor(DispatchInterceptor* interceptor);
+SG_API DispatchInterceptor* dispatch_interceptor();
 
 // Counters of host-side work, for tests that prove replay does none of it.
 struct DispatchCounters {

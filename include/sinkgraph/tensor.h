@@ -33,6 +33,18 @@ class SG_API Storage {
   DataPtr data_;
 };
 
+// Tensors produced while tracing carry a TraceInfo instead of storage: their
+// shape may be symbolic and their values do not exist (see src/trace/).
+class SG_API TraceInfo {
+ public:
+  virtual ~TraceInfo() = default;
+  SymShape shape;
+  bool contiguous = true;  // known to be laid out contiguously at run time
+  Device* device = nullptr;
+  // Names the traced value for error messages ("%h = matmul(%x, %w)").
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
 class SG_API Tensor {
  public:
   Tensor() = default;  // undefined tensor
@@ -57,14 +69,25 @@ class SG_API Tensor {
   Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Strides& strides,
          std::int64_t offset);
 
-  [[nodiscard]] bool defined() const { return storage_ != nullptr; }
+  // A traced tensor (no storage); `dtype` as the graph value's.
+  Tensor(std::shared_ptr<TraceInfo> trace, DType dtype);
+
+  [[nodiscard]] bool defined() const { return storage_ != nullptr || trace_ != nullptr; }
+  [[nodiscard]] bool is_traced() const { return trace_ != nullptr; }
+  [[nodiscard]] const std::shared_ptr<TraceInfo>& trace() const { return trace_; }
   [[nodiscard]] DType dtype() const { return dtype_; }
-  [[nodiscard]] const Shape& shape() const { return shape_; }
+  // Concrete shape; on a traced tensor with a symbolic dim, throws (use sym_shape()).
+  [[nodiscard]] const Shape& shape() const {
+    if (symbolic_) [[unlikely]] throw_symbolic_shape();
+    return shape_;
+  }
+  [[nodiscard]] SymShape sym_shape() const;
+  [[nodiscard]] SymInt sym_size(int dim) const;
   [[nodiscard]] const Strides& strides() const { return strides_; }
   [[nodiscard]] std::int64_t offset() const { return offset_; }
-  [[nodiscard]] int ndim() const { return shape_.size(); }
+  [[nodiscard]] int ndim() const { return trace_ ? trace_->shape.size() : shape_.size(); }
   [[nodiscard]] std::int64_t size(int dim) const;  // negative dims count from the end
-  [[nodiscard]] std::int64_t numel() const { return sinkgraph::numel(shape_); }
+  [[nodiscard]] std::int64_t numel() const { return sinkgraph::numel(shape()); }
   [[nodiscard]] bool is_contiguous() const;
   [[nodiscard]] Device& device() const;
   [[nodiscard]] const std::shared_ptr<Storage>& storage() const { return storage_; }
@@ -94,11 +117,14 @@ class SG_API Tensor {
   [[nodiscard]] std::string str() const;  // "f32[2,3] on cpu:0"
 
  private:
+  [[noreturn]] void throw_symbolic_shape() const;
   std::shared_ptr<Storage> storage_;
   DType dtype_ = DType::f32;
   Shape shape_;
   Strides strides_;
   std::int64_t offset_ = 0;
+  std::shared_ptr<TraceInfo> trace_;
+  bool symbolic_ = false;  // traced with a symbolic dim: shape_ is not valid
 };
 
 }  // namespace sinkgraph

@@ -1,6 +1,7 @@
 #include <atomic>
 #include <deque>
 #include <unordered_map>
+#include <utility>
 
 #include "dispatch.h"
 #include "sinkgraph/error.h"
@@ -15,6 +16,7 @@ struct Counters {
   std::atomic<std::uint64_t> launches{0};
 };
 Counters g_counters;
+__attribute__((tls_model("initial-exec"))) thread_local DispatchInterceptor* t_interceptor = nullptr;
 
 struct RegistryState {
   std::deque<OpDef> ops;  // stable addresses
@@ -65,6 +67,17 @@ std::vector<std::string> OpRegistry::names() const {
   for (const auto& op : state().ops) out.push_back(op.schema.name);
   return out;
 }
+
+Tensor run_op(const OpDef& op, std::span<const Tensor* const> tensors,
+              std::span<const ScalarValue> scalars) {
+  return detail::dispatch(op, tensors, scalars);
+}
+
+DispatchInterceptor* set_dispatch_interceptor(DispatchInterceptor* interceptor) {
+  return std::exchange(t_interceptor, interceptor);
+}
+
+DispatchInterceptor* dispatch_interceptor() { return t_interceptor; }
 
 DispatchCounters dispatch_counters() {
   return {g_counters.dispatches.load(std::memory_order_relaxed),
@@ -120,7 +133,11 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
 
 Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
                 std::span<const ScalarValue> scalars) {
+  if (t_interceptor != nullptr) [[unlikely]] {
+    return t_interceptor->intercept(op, tensors, scalars);
+  }
   g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
+  if (op.composite != nullptr) return op.composite(tensors, scalars);
   const char* name = op.schema.name.c_str();
   Inferred inferred;
   infer(op, tensors, scalars, inferred);

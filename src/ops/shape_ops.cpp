@@ -200,6 +200,20 @@ TensorMeta cat_shape(const ShapeArgs& args) {
   return out;
 }
 
+// cat's composite: one copy per input into slices of a fresh output.
+Tensor cat_composite(std::span<const Tensor* const> tensors, std::span<const ScalarValue> scalars) {
+  Inferred inferred;
+  infer(op_def<kCat>(), tensors, scalars, inferred);
+  Tensor out = Tensor::empty(to_concrete(inferred.out.shape), inferred.out.dtype, *inferred.device);
+  const int d = wrap_dim(std::get<SymInt>(scalars[0]).value(), out.ndim(), kCat);
+  std::int64_t offset = 0;
+  for (const Tensor* t : tensors) {
+    ops::copy_(ops::narrow(out, d, offset, t->size(d)), *t);
+    offset += t->size(d);
+  }
+  return out;
+}
+
 OpDef make_view(const char* name, std::vector<ArgSpec> args, ShapeFn shape, ViewFn view) {
   OpDef def = make_op(name, std::move(args), shape, nullptr);
   def.schema.is_view = true;
@@ -222,7 +236,9 @@ void register_shape_ops(OpRegistry& r) {
   r.add(make_view(kPermute, {x, {"dims", ArgKind::int_list}}, permute_shape, permute_view));
   r.add(make_op(kContiguous, {x}, identity_shape, k::contiguous));
   // cat runs as one copy per input into slices of its output.
-  r.add(make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}}, cat_shape, nullptr));
+  OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}}, cat_shape, nullptr);
+  cat.composite = cat_composite;
+  r.add(std::move(cat));
 }
 
 }  // namespace detail
@@ -266,16 +282,7 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
   ptrs.reserve(tensors.size());
   for (const auto& t : tensors) ptrs.push_back(&t);
   const ScalarValue scalars[] = {SymInt(dim)};
-  detail::Inferred inferred;
-  detail::infer(op_def<detail::kCat>(), ptrs, scalars, inferred);
-  Tensor out = Tensor::empty(to_concrete(inferred.out.shape), inferred.out.dtype, *inferred.device);
-  const int d = wrap_dim(dim, out.ndim(), "cat");
-  std::int64_t offset = 0;
-  for (const auto& t : tensors) {
-    copy_(narrow(out, d, offset, t.size(d)), t);
-    offset += t.size(d);
-  }
-  return out;
+  return detail::dispatch(op_def<detail::kCat>(), ptrs, scalars);
 }
 
 }  // namespace ops

@@ -44,6 +44,40 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape
   SG_ASSERT(shape.size() == strides.size());
 }
 
+Tensor::Tensor(std::shared_ptr<TraceInfo> trace, DType dtype) : dtype_(dtype), trace_(std::move(trace)) {
+  SG_ASSERT(trace_ != nullptr);
+  for (const SymInt& d : trace_->shape) {
+    if (d.is_symbolic()) {
+      symbolic_ = true;
+      break;
+    }
+  }
+  if (!symbolic_) shape_ = to_concrete(trace_->shape);
+  strides_ = contiguous_strides(shape_);
+}
+
+namespace {
+[[noreturn]] void throw_traced(const Tensor& t, const char* what) {
+  SG_CHECK(false, what, ": the tensor ", t.trace()->describe(),
+           " has no values while tracing. Reading tensor data on the host (data-dependent "
+           "control flow) is not supported: the function must trace as one graph");
+  std::abort();
+}
+}  // namespace
+
+void Tensor::throw_symbolic_shape() const {
+  SG_CHECK(false, "shape(): the tensor ", trace_->describe(), " has symbolic shape ",
+           shape_str(trace_->shape), " while tracing; use sym_shape()");
+  std::abort();
+}
+
+SymShape Tensor::sym_shape() const { return trace_ ? trace_->shape : to_sym(shape_); }
+
+SymInt Tensor::sym_size(int dim) const {
+  const int d = wrap_dim(dim, ndim(), "sym_size");
+  return trace_ ? trace_->shape[d] : SymInt(shape_[d]);
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device) {
   for (int i = 0; i < shape.size(); ++i) {
     SG_CHECK(shape[i] >= 0, "empty: size ", shape[i], " at dimension ", i, " of shape ",
@@ -93,9 +127,19 @@ Tensor Tensor::from_ints(std::span<const std::int64_t> values, const Shape& shap
   return t;
 }
 
-std::int64_t Tensor::size(int dim) const { return shape_[wrap_dim(dim, ndim(), "size")]; }
+std::int64_t Tensor::size(int dim) const {
+  const int d = wrap_dim(dim, ndim(), "size");
+  if (trace_) {
+    SG_CHECK(!trace_->shape[d].is_symbolic(), "size(", dim, "): dimension ", d, " of ",
+             trace_->describe(), " is symbolic (", trace_->shape[d].str(),
+             ") while tracing; use sym_size()");
+    return trace_->shape[d].value();
+  }
+  return shape_[d];
+}
 
 bool Tensor::is_contiguous() const {
+  if (trace_) return trace_->contiguous;
   std::int64_t expected = 1;
   for (int i = ndim() - 1; i >= 0; --i) {
     if (shape_[i] != 1 && strides_[i] != expected) return false;
@@ -106,15 +150,18 @@ bool Tensor::is_contiguous() const {
 
 Device& Tensor::device() const {
   SG_CHECK(defined(), "device() of an undefined tensor");
+  if (trace_) return *trace_->device;
   return storage_->device();
 }
 
 void* Tensor::data_ptr() const {
   SG_CHECK(defined(), "data_ptr() of an undefined tensor");
+  if (trace_) throw_traced(*this, "data_ptr");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
 TensorArg Tensor::arg() const {
+  if (trace_) throw_traced(*this, "arg");
   TensorArg a;
   a.data = storage_->data();
   for (int i = 0; i < kMaxDims; ++i) {
@@ -131,6 +178,7 @@ namespace {
 // Synchronizes, then returns a contiguous host copy of the bytes of `t`.
 std::vector<unsigned char> host_bytes(const Tensor& t) {
   SG_CHECK(t.defined(), "reading an undefined tensor");
+  if (t.is_traced()) throw_traced(t, "host read");
   const Tensor c = t.contiguous();
   current_stream(c.device()).synchronize();
   std::vector<unsigned char> bytes(static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));
@@ -214,6 +262,7 @@ Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
 
 std::string Tensor::str() const {
   if (!defined()) return "undefined tensor";
+  if (trace_) return std::string(dtype_name(dtype_)) + shape_str(trace_->shape) + " (traced)";
   return std::string(dtype_name(dtype_)) + shape_str(shape_) + " on " + device().name();
 }
 

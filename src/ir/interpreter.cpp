@@ -1,0 +1,95 @@
+// Runs a graph through the eager dispatcher: each node is one run_op call.
+#include <unordered_map>
+
+#include "sinkgraph/ir.h"
+
+namespace sinkgraph::ir {
+
+SymBindings bind_symbols(const Graph& graph, std::span<const RtValue> inputs) {
+  const auto& ins = graph.inputs();
+  SG_CHECK(inputs.size() == ins.size(), "graph @", graph.name, " takes ", ins.size(),
+           " inputs but got ", inputs.size());
+  SymBindings bindings;
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    const Value* v = ins[i];
+    if (v->is_sym) {
+      const auto* value = std::get_if<std::int64_t>(&inputs[i]);
+      SG_CHECK(value != nullptr, "graph @", graph.name, ": input %", v->name,
+               " is a sym and needs an integer, got a tensor");
+      bindings[v->name] = *value;
+    }
+  }
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    const Value* v = ins[i];
+    if (v->is_sym) continue;
+    const auto* t = std::get_if<Tensor>(&inputs[i]);
+    SG_CHECK(t != nullptr && t->defined(), "graph @", graph.name, ": input %", v->name,
+             " needs a tensor");
+    SG_CHECK(t->dtype() == v->meta.dtype, "graph @", graph.name, ": input %", v->name, " has dtype ",
+             dtype_name(t->dtype()), "; expected ", dtype_name(v->meta.dtype));
+    SG_CHECK(t->ndim() == v->meta.shape.size(), "graph @", graph.name, ": input %", v->name,
+             " has shape ", shape_str(t->shape()), "; expected ", shape_str(v->meta.shape));
+    for (int d = 0; d < t->ndim(); ++d) {
+      const SymInt& want = v->meta.shape[d];
+      const std::int64_t got = t->size(d);
+      if (want.is_symbolic()) {
+        const auto syms = want.free_symbols();
+        // A dim that is exactly a symbol binds it (first occurrence wins).
+        if (syms.size() == 1 && want == SymInt::symbol(syms[0]) && !bindings.contains(syms[0])) {
+          bindings[syms[0]] = got;
+          continue;
+        }
+      }
+      const std::int64_t expect = want.eval(bindings);
+      SG_CHECK(expect == got, "graph @", graph.name, ": input %", v->name, " has shape ",
+               shape_str(t->shape()), "; expected ", shape_str(v->meta.shape), " (dimension ", d,
+               " should be ", expect, ")");
+    }
+  }
+  return bindings;
+}
+
+namespace {
+// Substitutes symbol values into an attribute so the dispatcher sees integers.
+ScalarValue concretize(const ScalarValue& attr, const SymBindings& bindings) {
+  if (const auto* s = std::get_if<SymInt>(&attr)) return SymInt(s->eval(bindings));
+  if (const auto* list = std::get_if<std::vector<SymInt>>(&attr)) {
+    std::vector<SymInt> out;
+    out.reserve(list->size());
+    for (const auto& d : *list) out.emplace_back(d.eval(bindings));
+    return out;
+  }
+  return attr;
+}
+}  // namespace
+
+std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs) {
+  const SymBindings bindings = bind_symbols(graph, inputs);
+  std::unordered_map<const Value*, Tensor> env;
+  for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
+    if (const auto* t = std::get_if<Tensor>(&inputs[i])) env[graph.inputs()[i]] = *t;
+  }
+  std::vector<const Tensor*> operands;
+  std::vector<ScalarValue> scalars;
+  for (const auto& node : graph.nodes()) {
+    operands.clear();
+    scalars.clear();
+    for (const Value* v : node->operands) operands.push_back(&env.at(v));
+    for (const auto& a : node->attrs) scalars.push_back(concretize(a.value, bindings));
+    env[node->result()] = run_op(*node->op, operands, scalars);
+  }
+  std::vector<RtValue> out;
+  out.reserve(graph.outputs.size());
+  for (const Value* v : graph.outputs) {
+    if (v->is_sym) {
+      const auto it = bindings.find(v->name);
+      SG_CHECK(it != bindings.end(), "graph @", graph.name, ": output %", v->name, " is unbound");
+      out.emplace_back(it->second);
+    } else {
+      out.emplace_back(env.at(v));
+    }
+  }
+  return out;
+}
+
+}  // namespace sinkgraph::ir

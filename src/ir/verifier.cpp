@@ -1,0 +1,1 @@
+#include "sinkgraph/ir.h"
