@@ -253,7 +253,13 @@ Tensor slice(const Tensor& x, std::int64_t dim, const SymInt& start, const SymIn
 }
 
 Tensor narrow(const Tensor& x, std::int64_t dim, const SymInt& start, const SymInt& length) {
-  return slice(x, dim, start, start + length, 1);
+  // A negative start counts from the end (as in PyTorch); slice's end of 0
+  // would otherwise mean the beginning.
+  SymInt begin = start;
+  if (const auto s = start.maybe_value(); s && *s < 0 && x.defined()) {
+    begin = x.sym_size(wrap_dim(dim, x.ndim(), "narrow")) + *s;
+  }
+  return slice(x, dim, begin, begin + length, 1);
 }
 
 Tensor view(const Tensor& x, const SymShape& shape) {

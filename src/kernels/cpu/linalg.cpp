@@ -85,10 +85,13 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, Kerne
   // a with contiguous rows over its batch dims folds into one big GEMM.
   const bool fold = b.ndim == 2 && a.dtype == DType::f32 && out.dtype == DType::f32 && out.is_contiguous() &&
                     a.strides[a.ndim - 1] == 1 && [&] {
-                      std::int64_t expect = a.strides[a.ndim - 2];
+                      // Each batch dim must step over exactly the rows inside it; a size-1
+                      // dim's stride is never used, so it neither counts nor resets the step.
+                      std::int64_t expect = a.strides[a.ndim - 2] * a.sizes[a.ndim - 2];
                       for (int i = a.ndim - 3; i >= 0; --i) {
-                        if (a.sizes[i] != 1 && a.strides[i] != expect * a.sizes[i + 1]) return false;
-                        expect = a.strides[i];
+                        if (a.sizes[i] == 1) continue;
+                        if (a.strides[i] != expect) return false;
+                        expect = a.strides[i] * a.sizes[i];
                       }
                       return a.strides[a.ndim - 2] >= a.sizes[a.ndim - 1];
                     }();

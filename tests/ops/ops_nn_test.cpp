@@ -1,0 +1,372 @@
+// softmax, rms_norm, layer_norm, rope, embedding, attention and argmax
+// against the naive references.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "ops/reference.h"
+#include "sinkgraph/ops.h"
+#include "sinkgraph/tensor.h"
+
+namespace {
+
+using sinkgraph::DType;
+using sinkgraph::Tensor;
+namespace ops = sinkgraph::ops;
+namespace ref = sgtest::ref;
+using sgtest::all_close;
+using sgtest::Dims;
+using sgtest::make;
+
+// Tolerances (|got - want| <= atol + rtol * |want|):
+// softmax and the norms accumulate in f32 against a double reference.
+constexpr double kRowRtol = 1e-5;
+constexpr double kRowAtol = 1e-6;
+// rope: the kernel forms the angle (pos * theta^(-2i/D)) in f32; at positions
+// below ~50 that costs up to ~1e-5 absolute in sin/cos.
+constexpr double kRopeAtol = 5e-5;
+// attention: f32 dot products and softmax against double.
+constexpr double kAttnRtol = 1e-5;
+constexpr double kAttnAtol = 2e-6;
+// f16/bf16 outputs: one output rounding (2^-11 / 2^-8 relative), references on
+// the rounded inputs; bf16 also rounds intermediate-free, so its budget is 8e-3.
+constexpr double kF16Rtol = 1e-3;
+constexpr double kBF16Rtol = 8e-3;
+constexpr double kHalfAtol = 1e-3;
+
+double half_rtol(DType d) { return d == DType::f16 ? kF16Rtol : kBF16Rtol; }
+
+const Dims kRowShapes[] = {{4, 7}, {2, 3, 16}, {1, 1}, {5, 1}, {0, 8}, {9}, {3, 2, 2, 33}};
+
+// ---- softmax ----------------------------------------------------------------
+
+TEST(ops_softmax, random_shapes) {
+  std::mt19937 rng(41);
+  for (const auto& shape : kRowShapes) {
+    SCOPED_TRACE(sgtest::str(shape));
+    const auto v = sgtest::random_floats(rng, ref::numel(shape), -4.0F, 4.0F);
+    const Tensor out = ops::softmax(make(v, shape));
+    EXPECT_EQ(sgtest::dims_of(out), shape);
+    EXPECT_TRUE(all_close(out.to_floats(), ref::softmax(v, shape.back()), kRowRtol, kRowAtol));
+  }
+}
+
+TEST(ops_softmax, large_values_are_stable) {
+  // exp(1000) overflows f32: the kernel must subtract the row maximum.
+  const std::vector<float> v = {1000.0F, 1001.0F, 999.0F, -1000.0F, -1001.0F, -1002.0F};
+  const auto out = ops::softmax(make(v, {2, 3})).to_floats();
+  EXPECT_TRUE(all_close(out, ref::softmax(v, 3), kRowRtol, kRowAtol));
+  for (const float f : out) EXPECT_TRUE(std::isfinite(f));
+}
+
+TEST(ops_softmax, over_a_strided_last_dim) {
+  std::mt19937 rng(42);
+  const auto base = sgtest::random_floats(rng, 6 * 5, -3.0F, 3.0F);
+  // transpose [6,5] -> [5,6]: the softmax dim has stride 5.
+  const Tensor x = ops::transpose(make(base, {6, 5}), 0, 1);
+  const auto v = ref::permute(base, {6, 5}, {1, 0});
+  EXPECT_TRUE(all_close(ops::softmax(x).to_floats(), ref::softmax(v, 6), kRowRtol, kRowAtol));
+  // And a slice that starts at an offset.
+  const Tensor s = ops::slice(x, 0, 2, 5);
+  EXPECT_TRUE(all_close(ops::softmax(s).to_floats(),
+                        ref::softmax(ref::slice(v, {5, 6}, 0, 2, 5, 1), 6), kRowRtol, kRowAtol));
+}
+
+// ---- rms_norm / layer_norm ---------------------------------------------------
+
+TEST(ops_norm, rms_norm_random_shapes) {
+  std::mt19937 rng(43);
+  for (const double eps : {1e-5, 1e-6}) {
+    for (const auto& shape : kRowShapes) {
+      SCOPED_TRACE(sgtest::str(shape));
+      const auto v = sgtest::random_floats(rng, ref::numel(shape), -2.0F, 2.0F);
+      const auto w = sgtest::random_floats(rng, shape.back(), 0.5F, 1.5F);
+      const Tensor out = ops::rms_norm(make(v, shape), make(w, {shape.back()}), eps);
+      EXPECT_EQ(sgtest::dims_of(out), shape);
+      EXPECT_TRUE(all_close(out.to_floats(), ref::rms_norm(v, w, eps), kRowRtol, kRowAtol));
+    }
+  }
+}
+
+TEST(ops_norm, layer_norm_random_shapes) {
+  std::mt19937 rng(44);
+  for (const auto& shape : kRowShapes) {
+    SCOPED_TRACE(sgtest::str(shape));
+    const auto v = sgtest::random_floats(rng, ref::numel(shape), -2.0F, 3.0F);
+    const auto w = sgtest::random_floats(rng, shape.back(), 0.5F, 1.5F);
+    const auto b = sgtest::random_floats(rng, shape.back());
+    const Tensor out =
+        ops::layer_norm(make(v, shape), make(w, {shape.back()}), make(b, {shape.back()}), 1e-5);
+    EXPECT_EQ(sgtest::dims_of(out), shape);
+    EXPECT_TRUE(all_close(out.to_floats(), ref::layer_norm(v, w, b, 1e-5), kRowRtol, kRowAtol));
+  }
+}
+
+TEST(ops_norm, non_contiguous_inputs_and_weights) {
+  std::mt19937 rng(45);
+  const auto base = sgtest::random_floats(rng, 8 * 3, -2.0F, 2.0F);
+  const Tensor x = ops::transpose(make(base, {8, 3}), 0, 1);  // [3, 8], last dim stride 3
+  const auto v = ref::permute(base, {8, 3}, {1, 0});
+  // weight and bias: every other element of a length-16 tensor.
+  const auto wbase = sgtest::random_floats(rng, 16, 0.5F, 1.5F);
+  const auto bbase = sgtest::random_floats(rng, 16);
+  const Tensor w = ops::slice(make(wbase, {16}), 0, 1, 16, 2);
+  const Tensor b = ops::slice(make(bbase, {16}), 0, 0, 16, 2);
+  const auto vw = ref::slice(wbase, {16}, 0, 1, 16, 2);
+  const auto vb = ref::slice(bbase, {16}, 0, 0, 16, 2);
+  EXPECT_TRUE(all_close(ops::rms_norm(x, w, 1e-5).to_floats(), ref::rms_norm(v, vw, 1e-5), kRowRtol,
+                        kRowAtol));
+  EXPECT_TRUE(all_close(ops::layer_norm(x, w, b, 1e-5).to_floats(),
+                        ref::layer_norm(v, vw, vb, 1e-5), kRowRtol, kRowAtol));
+}
+
+TEST(ops_norm, half_dtypes) {
+  std::mt19937 rng(46);
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(std::string(sinkgraph::dtype_name(dt)));
+    std::vector<float> sx, sw, sb;
+    const Tensor x = make(sgtest::random_floats(rng, 4 * 32, -2.0F, 2.0F), {4, 32}, dt, &sx);
+    const Tensor w = make(sgtest::random_floats(rng, 32, 0.5F, 1.5F), {32}, dt, &sw);
+    const Tensor b = make(sgtest::random_floats(rng, 32), {32}, dt, &sb);
+    const Tensor r = ops::rms_norm(x, w, 1e-5);
+    EXPECT_EQ(r.dtype(), dt);
+    EXPECT_TRUE(all_close(r.to_floats(), ref::rms_norm(sx, sw, 1e-5), half_rtol(dt), kHalfAtol));
+    EXPECT_TRUE(all_close(ops::layer_norm(x, w, b, 1e-5).to_floats(),
+                          ref::layer_norm(sx, sw, sb, 1e-5), half_rtol(dt), kHalfAtol));
+    EXPECT_TRUE(
+        all_close(ops::softmax(x).to_floats(), ref::softmax(sx, 32), half_rtol(dt), kHalfAtol));
+  }
+}
+
+// ---- rope -----------------------------------------------------------------
+
+TEST(ops_rope, both_styles_random) {
+  struct Case {
+    std::int64_t t, h, d, pos0;
+    double theta;
+  };
+  const Case cases[] = {{1, 1, 2, 0, 10000.0},   {3, 2, 8, 0, 10000.0},  {1, 4, 16, 37, 10000.0},
+                        {5, 3, 6, 11, 500000.0}, {4, 1, 64, 9, 10000.0}, {0, 2, 4, 3, 10000.0}};
+  std::mt19937 rng(51);
+  for (const auto& c : cases) {
+    for (const auto style : {ops::RopeStyle::interleaved, ops::RopeStyle::half}) {
+      const bool half = style == ops::RopeStyle::half;
+      SCOPED_TRACE("T=" + std::to_string(c.t) + " H=" + std::to_string(c.h) +
+                   " D=" + std::to_string(c.d) + " pos0=" + std::to_string(c.pos0) +
+                   (half ? " half" : " interleaved"));
+      const auto v = sgtest::random_floats(rng, c.t * c.h * c.d);
+      const Tensor out = ops::rope(make(v, {c.t, c.h, c.d}), c.pos0, c.theta, style);
+      EXPECT_EQ(sgtest::dims_of(out), (Dims{c.t, c.h, c.d}));
+      EXPECT_TRUE(all_close(out.to_floats(), ref::rope(v, c.t, c.h, c.d, c.pos0, c.theta, half),
+                            0.0, kRopeAtol));
+    }
+  }
+}
+
+TEST(ops_rope, styles_rotate_different_pairs) {
+  // x = e_1 (D = 4, position 1): interleaved rotates (0,1) by angle 1 and half
+  // rotates (1,3) by angle 1e4^(-1/2) = 0.01.
+  const Tensor x = make({0.0F, 1.0F, 0.0F, 0.0F}, {1, 1, 4});
+  const auto inter = ops::rope(x, 1, 10000.0, ops::RopeStyle::interleaved).to_floats();
+  EXPECT_TRUE(all_close(
+      inter, {static_cast<float>(-std::sin(1.0)), static_cast<float>(std::cos(1.0)), 0, 0}, 0.0,
+      1e-6));
+  const auto half = ops::rope(x, 1, 10000.0, ops::RopeStyle::half).to_floats();
+  EXPECT_TRUE(all_close(
+      half, {0, static_cast<float>(std::cos(0.01)), 0, static_cast<float>(std::sin(0.01))}, 0.0,
+      1e-6));
+}
+
+TEST(ops_rope, non_contiguous_and_half_dtypes) {
+  std::mt19937 rng(52);
+  const std::int64_t t = 3, h = 2, d = 8;
+  // x[T, H, D] as a permute of an [H, T, D] tensor (heads-major layout).
+  const auto base = sgtest::random_floats(rng, h * t * d);
+  const Tensor x = ops::permute(make(base, {h, t, d}), {1, 0, 2});
+  const auto v = ref::permute(base, {h, t, d}, {1, 0, 2});
+  for (const auto style : {ops::RopeStyle::interleaved, ops::RopeStyle::half}) {
+    const bool half = style == ops::RopeStyle::half;
+    EXPECT_TRUE(all_close(ops::rope(x, 5, 10000.0, style).to_floats(),
+                          ref::rope(v, t, h, d, 5, 1e4, half), 0.0, kRopeAtol));
+    for (const DType dt : {DType::f16, DType::bf16}) {
+      std::vector<float> stored;
+      const Tensor xh = make(v, {t, h, d}, dt, &stored);
+      const Tensor out = ops::rope(xh, 5, 10000.0, style);
+      EXPECT_EQ(out.dtype(), dt);
+      EXPECT_TRUE(all_close(out.to_floats(), ref::rope(stored, t, h, d, 5, 1e4, half),
+                            half_rtol(dt), kHalfAtol));
+    }
+  }
+}
+
+// ---- embedding ------------------------------------------------------------
+
+TEST(ops_embedding, i32_and_i64_ids) {
+  std::mt19937 rng(61);
+  const std::int64_t vocab = 11, dim = 6;
+  const auto w = sgtest::random_floats(rng, vocab * dim);
+  const Tensor weight = make(w, {vocab, dim});
+  const Dims id_shapes[] = {{5}, {2, 3}, {1}, {0}, {}, {2, 0, 2}};
+  for (const DType idt : {DType::i32, DType::i64}) {
+    for (const auto& s : id_shapes) {
+      SCOPED_TRACE(std::string(sinkgraph::dtype_name(idt)) + " ids " + sgtest::str(s));
+      const auto ids = sgtest::random_ints(rng, ref::numel(s), 0, vocab - 1);
+      const Tensor out = ops::embedding(weight, Tensor::from_ints(ids, sgtest::to_shape(s), idt));
+      Dims want_shape = s;
+      want_shape.push_back(dim);
+      EXPECT_EQ(sgtest::dims_of(out), want_shape);
+      EXPECT_EQ(out.to_floats(), ref::embedding(w, dim, ids));  // a copy: exact
+    }
+  }
+  // First and last rows.
+  const Tensor out = ops::embedding(weight, Tensor::from_ints({vocab - 1, 0}, {2}, DType::i32));
+  EXPECT_EQ(out.to_floats(), ref::embedding(w, dim, {vocab - 1, 0}));
+}
+
+TEST(ops_embedding, non_contiguous_ids_and_weight_and_half) {
+  std::mt19937 rng(62);
+  const std::int64_t vocab = 9, wide = 10, dim = 4;
+  const auto wbase = sgtest::random_floats(rng, vocab * wide);
+  // weight: columns 3..7 of a [V, 10] table; ids: transpose of a [3, 2] tensor.
+  const Tensor weight = ops::slice(make(wbase, {vocab, wide}), 1, 3, 3 + dim);
+  const auto w = ref::slice(wbase, {vocab, wide}, 1, 3, 3 + dim, 1);
+  const std::vector<std::int64_t> id_base = {8, 0, 3, 3, 7, 1};
+  const Tensor ids = ops::transpose(Tensor::from_ints(id_base, {3, 2}), 0, 1);
+  const auto id_vals = ref::permute(id_base, {3, 2}, {1, 0});
+  const Tensor out = ops::embedding(weight, ids);
+  EXPECT_EQ(sgtest::dims_of(out), (Dims{2, 3, dim}));
+  EXPECT_EQ(out.to_floats(), ref::embedding(w, dim, id_vals));
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    std::vector<float> stored;
+    const Tensor wh = make(w, {vocab, dim}, dt, &stored);
+    const Tensor oh = ops::embedding(wh, Tensor::from_ints(id_vals, {6}, DType::i32));
+    EXPECT_EQ(oh.dtype(), dt);
+    EXPECT_EQ(oh.to_floats(), ref::embedding(stored, dim, id_vals));  // rows copied bit for bit
+  }
+}
+
+// ---- attention ------------------------------------------------------------
+
+struct AttnCase {
+  std::int64_t t, hq, hkv, d, cache, seq_len;
+  double scale;  // <= 0: the default 1/sqrt(D)
+};
+
+void check_attention(const AttnCase& c, std::mt19937& rng) {
+  SCOPED_TRACE("T=" + std::to_string(c.t) + " Hq=" + std::to_string(c.hq) +
+               " Hkv=" + std::to_string(c.hkv) + " D=" + std::to_string(c.d) +
+               " S=" + std::to_string(c.cache) + " seq_len=" + std::to_string(c.seq_len) +
+               " scale=" + std::to_string(c.scale));
+  const auto q = sgtest::random_floats(rng, c.t * c.hq * c.d, -2.0F, 2.0F);
+  const auto k = sgtest::random_floats(rng, c.cache * c.hkv * c.d, -2.0F, 2.0F);
+  const auto v = sgtest::random_floats(rng, c.cache * c.hkv * c.d, -2.0F, 2.0F);
+  const Tensor out = ops::attention(make(q, {c.t, c.hq, c.d}), make(k, {c.cache, c.hkv, c.d}),
+                                    make(v, {c.cache, c.hkv, c.d}), c.seq_len, c.scale);
+  EXPECT_EQ(sgtest::dims_of(out), (Dims{c.t, c.hq, c.d}));
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.d));
+  EXPECT_TRUE(all_close(out.to_floats(),
+                        ref::attention(q, k, v, c.t, c.hq, c.hkv, c.d, c.seq_len, scale), kAttnRtol,
+                        kAttnAtol));
+}
+
+TEST(ops_attention, decode_and_prefill) {
+  const AttnCase cases[] = {
+      {1, 4, 2, 8, 16, 1, 0.0},   // decode, first position, grouped-query
+      {1, 4, 2, 8, 16, 9, 0.0},   // decode mid-cache
+      {1, 4, 2, 8, 16, 16, 0.0},  // decode, full cache
+      {4, 4, 2, 8, 16, 4, 0.0},   // prefill from position 0 (pure causal)
+      {4, 4, 2, 8, 16, 10, 0.0},  // prefill after 6 cached positions
+      {3, 2, 2, 16, 8, 8, 0.0},   // multi-head, full cache
+      {2, 6, 1, 4, 5, 3, 0.0},    // multi-query
+      {3, 4, 2, 8, 16, 7, 0.3},   // explicit scale
+  };
+  std::mt19937 rng(71);
+  for (const auto& c : cases) check_attention(c, rng);
+}
+
+TEST(ops_attention, causal_mask_and_head_grouping) {
+  // seq_len == T: query 0 sees only position 0, so its output is v[0] of its
+  // kv head; heads 0,1 read kv head 0 and heads 2,3 kv head 1.
+  std::mt19937 rng(72);
+  const std::int64_t t = 3, d = 4;
+  const auto q = sgtest::random_floats(rng, t * 4 * d);
+  const auto k = sgtest::random_floats(rng, 5 * 2 * d);
+  const auto v = sgtest::random_floats(rng, 5 * 2 * d);
+  const auto out =
+      ops::attention(make(q, {t, 4, d}), make(k, {5, 2, d}), make(v, {5, 2, d}), t).to_floats();
+  for (std::int64_t h = 0; h < 4; ++h) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      EXPECT_NEAR(out[static_cast<std::size_t>(h * d + c)],
+                  v[static_cast<std::size_t>((h / 2) * d + c)], 1e-6)
+          << "head " << h << " channel " << c;
+    }
+  }
+}
+
+TEST(ops_attention, strided_cache_and_half_dtypes) {
+  std::mt19937 rng(73);
+  const std::int64_t t = 2, hq = 4, hkv = 2, d = 8, cache = 6, seq_len = 5;
+  const auto q = sgtest::random_floats(rng, t * hq * d);
+  // k, v stored heads-major [Hkv, S, D] and viewed as [S, Hkv, D].
+  const auto kb = sgtest::random_floats(rng, hkv * cache * d);
+  const auto vb = sgtest::random_floats(rng, hkv * cache * d);
+  const Tensor k = ops::permute(make(kb, {hkv, cache, d}), {1, 0, 2});
+  const Tensor v = ops::permute(make(vb, {hkv, cache, d}), {1, 0, 2});
+  const auto kv = ref::permute(kb, {hkv, cache, d}, {1, 0, 2});
+  const auto vv = ref::permute(vb, {hkv, cache, d}, {1, 0, 2});
+  const double scale = 1.0 / std::sqrt(double(d));
+  EXPECT_TRUE(all_close(ops::attention(make(q, {t, hq, d}), k, v, seq_len).to_floats(),
+                        ref::attention(q, kv, vv, t, hq, hkv, d, seq_len, scale), kAttnRtol,
+                        kAttnAtol));
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    std::vector<float> sq, sk, sv;
+    const Tensor qh = make(q, {t, hq, d}, dt, &sq);
+    const Tensor kh = make(kv, {cache, hkv, d}, dt, &sk);
+    const Tensor vh = make(vv, {cache, hkv, d}, dt, &sv);
+    const Tensor out = ops::attention(qh, kh, vh, seq_len);
+    EXPECT_EQ(out.dtype(), dt);
+    EXPECT_TRUE(all_close(out.to_floats(),
+                          ref::attention(sq, sk, sv, t, hq, hkv, d, seq_len, scale), half_rtol(dt),
+                          kHalfAtol));
+  }
+}
+
+// ---- argmax ---------------------------------------------------------------
+
+TEST(ops_argmax, random_shapes) {
+  std::mt19937 rng(81);
+  const Dims shapes[] = {{7}, {3, 5}, {2, 3, 4}, {4, 1}, {0, 3}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(sgtest::str(s));
+    const auto v = sgtest::random_floats(rng, ref::numel(s));
+    const Tensor out = ops::argmax(make(v, s));
+    EXPECT_EQ(out.dtype(), DType::i64);
+    EXPECT_EQ(sgtest::dims_of(out), Dims(s.begin(), s.end() - 1));
+    EXPECT_EQ(out.to_ints(), ref::argmax(v, s.back()));
+  }
+}
+
+TEST(ops_argmax, ties_pick_the_first_index) {
+  const Tensor x = make({1, 3, 3, 2, 5, 5, 5, 5, -1, -1, -2, -1}, {3, 4});
+  EXPECT_EQ(ops::argmax(x).to_ints(), (std::vector<std::int64_t>{1, 0, 0}));
+  const Tensor xi = Tensor::from_ints({4, 9, 9, 9, 0, 2}, {2, 3});
+  EXPECT_EQ(ops::argmax(xi).to_ints(), (std::vector<std::int64_t>{1, 0}));
+}
+
+TEST(ops_argmax, strided_and_half_inputs) {
+  std::mt19937 rng(82);
+  const auto base = sgtest::random_floats(rng, 6 * 4);
+  const Tensor x = ops::transpose(make(base, {6, 4}), 0, 1);  // [4, 6], last stride 4
+  EXPECT_EQ(ops::argmax(x).to_ints(), ref::argmax(ref::permute(base, {6, 4}, {1, 0}), 6));
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    std::vector<float> stored;
+    const Tensor xh = make(sgtest::random_floats(rng, 5 * 9), {5, 9}, dt, &stored);
+    EXPECT_EQ(ops::argmax(xh).to_ints(), ref::argmax(stored, 9));
+  }
+  const auto ints = sgtest::random_ints(rng, 4 * 7, -50, 50);
+  EXPECT_EQ(ops::argmax(Tensor::from_ints(ints, {4, 7}, DType::i32)).to_ints(),
+            ref::argmax(ints, 7));
+}
+
+}  // namespace
