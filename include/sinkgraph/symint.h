@@ -86,6 +86,10 @@ class SG_API SymExpr {
   Terms terms_;
 };
 
+// Namespace-scope declarations so plain integers convert (floordiv(7, 2)).
+SG_API SymInt floordiv(const SymInt& a, const SymInt& b);
+SG_API SymInt mod(const SymInt& a, const SymInt& b);
+
 SG_API std::string to_string(const SymInt& value);
 
 }  // namespace sinkgraph

@@ -46,7 +46,13 @@ std::string monomial_str(const Monomial& m) {
 SymInt make_atom(SymExpr::Atom::Kind kind, const SymInt& a, const SymInt& b) {
   auto atom = std::make_shared<SymExpr::Atom>();
   atom->kind = kind;
-  atom->key = kind == SymExpr::Atom::Kind::floordiv ? "floor(" + a.str() + "/" + b.str() + ")"
+  // Compound operands are parenthesized so the text reads (and parses) unambiguously.
+  const auto operand = [](const SymInt& v) {
+    const std::string text = v.str();
+    const bool compound = text.find_first_of("+-*", text[0] == '-' ? 1 : 0) != std::string::npos;
+    return compound ? "(" + text + ")" : text;
+  };
+  atom->key = kind == SymExpr::Atom::Kind::floordiv ? "floor(" + operand(a) + "/" + operand(b) + ")"
                                                      : "mod(" + a.str() + "," + b.str() + ")";
   auto wrap = [](const SymInt& v) {
     return v.is_symbolic() ? v.expr() : std::make_shared<SymExpr>(terms_of(v));
