@@ -14,6 +14,7 @@
 // symbol (`%x: f32[s0,64]` binds s0 to x's dim 0). Attributes and shapes are
 // canonical SymInt expressions over bound symbols (`seq_len=pos+1`).
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <span>
@@ -145,7 +146,10 @@ using RtValue = std::variant<Tensor, std::int64_t>;
 // Symbol bindings from the inputs (Note [Symbols in the IR]).
 SG_API SymBindings bind_symbols(const Graph& graph, std::span<const RtValue> inputs);
 
-// Runs the graph through the eager dispatcher on the current stream.
-SG_API std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs);
+// Runs the graph through the eager dispatcher on the current stream. The
+// observer, when given, sees every node's output as it is produced.
+using NodeObserver = std::function<void(const Node& node, const Tensor& output)>;
+SG_API std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
+                                      const NodeObserver& observer = {});
 
 }  // namespace sinkgraph::ir

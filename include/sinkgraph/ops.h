@@ -24,6 +24,7 @@ SG_API Tensor neg(const Tensor& x);
 SG_API Tensor exp(const Tensor& x);
 SG_API Tensor sqrt(const Tensor& x);
 SG_API Tensor rsqrt(const Tensor& x);
+SG_API Tensor erf(const Tensor& x);
 SG_API Tensor relu(const Tensor& x);
 SG_API Tensor silu(const Tensor& x);
 SG_API Tensor gelu(const Tensor& x);  // exact: x * Phi(x), with erf

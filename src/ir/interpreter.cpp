@@ -63,7 +63,8 @@ ScalarValue concretize(const ScalarValue& attr, const SymBindings& bindings) {
 }
 }  // namespace
 
-std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs) {
+std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
+                               const NodeObserver& observer) {
   const SymBindings bindings = bind_symbols(graph, inputs);
   std::unordered_map<const Value*, Tensor> env;
   for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
@@ -76,7 +77,9 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
     scalars.clear();
     for (const Value* v : node->operands) operands.push_back(&env.at(v));
     for (const auto& a : node->attrs) scalars.push_back(concretize(a.value, bindings));
-    env[node->result()] = run_op(*node->op, operands, scalars);
+    Tensor out = run_op(*node->op, operands, scalars);
+    if (observer) observer(*node, out);
+    env[node->result()] = std::move(out);
   }
   std::vector<RtValue> out;
   out.reserve(graph.outputs.size());

@@ -16,6 +16,7 @@ inline constexpr char kNeg[] = "neg";
 inline constexpr char kExp[] = "exp";
 inline constexpr char kSqrt[] = "sqrt";
 inline constexpr char kRsqrt[] = "rsqrt";
+inline constexpr char kErf[] = "erf";
 inline constexpr char kRelu[] = "relu";
 inline constexpr char kSilu[] = "silu";
 inline constexpr char kGelu[] = "gelu";
@@ -61,6 +62,7 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add(make_op(kExp, {x}, float_unary_shape<kExp>, k::exp));
   r.add(make_op(kSqrt, {x}, float_unary_shape<kSqrt>, k::sqrt));
   r.add(make_op(kRsqrt, {x}, float_unary_shape<kRsqrt>, k::rsqrt));
+  r.add(make_op(kErf, {x}, float_unary_shape<kErf>, k::erf));
   r.add(make_op(kRelu, {x}, float_unary_shape<kRelu>, k::relu));
   r.add(make_op(kSilu, {x}, float_unary_shape<kSilu>, k::silu));
   r.add(make_op(kGelu, {x}, float_unary_shape<kGelu>, k::gelu));
@@ -87,6 +89,7 @@ Tensor neg(const Tensor& x) { return call(op_def<detail::kNeg>(), {&x}); }
 Tensor exp(const Tensor& x) { return call(op_def<detail::kExp>(), {&x}); }
 Tensor sqrt(const Tensor& x) { return call(op_def<detail::kSqrt>(), {&x}); }
 Tensor rsqrt(const Tensor& x) { return call(op_def<detail::kRsqrt>(), {&x}); }
+Tensor erf(const Tensor& x) { return call(op_def<detail::kErf>(), {&x}); }
 Tensor relu(const Tensor& x) { return call(op_def<detail::kRelu>(), {&x}); }
 Tensor silu(const Tensor& x) { return call(op_def<detail::kSilu>(), {&x}); }
 Tensor gelu(const Tensor& x) { return call(op_def<detail::kGelu>(), {&x}); }

@@ -161,6 +161,7 @@ const UnaryCase kUnary[] = {
     {"exp", ops::exp, [](double x) { return std::exp(x); }, -5.0F, 5.0F},
     {"sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, 0.0F, 9.0F},
     {"rsqrt", ops::rsqrt, [](double x) { return 1.0 / std::sqrt(x); }, 0.01F, 9.0F},
+    {"erf", ops::erf, [](double x) { return std::erf(x); }, -3.0F, 3.0F},
     {"relu", ops::relu, [](double x) { return x > 0 ? x : 0.0; }, -3.0F, 3.0F},
     {"silu", ops::silu, ref::silu, -8.0F, 8.0F},
     {"gelu", ops::gelu, ref::gelu, -5.0F, 5.0F},

@@ -94,6 +94,7 @@ struct Neg { float operator()(float x, float) const { return -x; } };
 struct Exp { float operator()(float x, float) const { return std::exp(x); } };
 struct Sqrt { float operator()(float x, float) const { return std::sqrt(x); } };
 struct Rsqrt { float operator()(float x, float) const { return 1.0F / std::sqrt(x); } };
+struct Erf { float operator()(float x, float) const { return std::erf(x); } };
 struct Relu { float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; } };
 struct Silu { float operator()(float x, float) const { return x / (1.0F + std::exp(-x)); } };
 struct Gelu {
@@ -114,6 +115,7 @@ void neg(const ArgBlock& a, KernelContext& c) { unary<Neg>(a, c); }
 void exp(const ArgBlock& a, KernelContext& c) { unary<Exp>(a, c); }
 void sqrt(const ArgBlock& a, KernelContext& c) { unary<Sqrt>(a, c); }
 void rsqrt(const ArgBlock& a, KernelContext& c) { unary<Rsqrt>(a, c); }
+void erf(const ArgBlock& a, KernelContext& c) { unary<Erf>(a, c); }
 void relu(const ArgBlock& a, KernelContext& c) { unary<Relu>(a, c); }
 void silu(const ArgBlock& a, KernelContext& c) { unary<Silu>(a, c); }
 void gelu(const ArgBlock& a, KernelContext& c) { unary<Gelu>(a, c); }

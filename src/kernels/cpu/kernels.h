@@ -18,6 +18,7 @@ void neg(const ArgBlock& args, KernelContext& ctx);
 void exp(const ArgBlock& args, KernelContext& ctx);
 void sqrt(const ArgBlock& args, KernelContext& ctx);
 void rsqrt(const ArgBlock& args, KernelContext& ctx);
+void erf(const ArgBlock& args, KernelContext& ctx);
 void relu(const ArgBlock& args, KernelContext& ctx);
 void silu(const ArgBlock& args, KernelContext& ctx);
 void gelu(const ArgBlock& args, KernelContext& ctx);

@@ -1,0 +1,138 @@
+#pragma once
+// The compile front end, mirroring TorchAir:
+//   config = CompilerConfig{}; config.set("mode", "reduce-overhead");
+//   backend = get_backend(config, decompositions);   // get_npu_backend(compiler_config=config)
+//   fn = compile(model_fn, backend, trace_options);  // torch.compile(model, backend=...)
+//   outputs = fn({x, pos, cache});                   // traces on first call per guard set
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sinkgraph/allocator.h"
+#include "sinkgraph/export.h"
+#include "sinkgraph/passes.h"
+#include "sinkgraph/stream.h"
+#include "sinkgraph/trace.h"
+
+namespace sinkgraph {
+
+enum class Mode : std::uint8_t { eager, reduce_overhead, max_autotune };
+SG_API const char* mode_name(Mode mode);  // "eager", "reduce-overhead", "max-autotune"
+SG_API Mode parse_mode(const std::string& text);  // throws sinkgraph::Error
+
+// Every option with TorchAir's name, meaning and default (docs/compiler.md).
+struct SG_API CompilerConfig {
+  Mode mode = Mode::max_autotune;  // TorchAir's default
+  bool force_eager = false;
+  std::int64_t capture_limit = 64;
+  bool force_recapture = false;
+  CaptureErrorMode capture_error_mode = CaptureErrorMode::global;
+  bool clone_input = true;
+  bool clone_output = false;
+  bool frozen_parameter = false;
+  bool reuse_graph_pool_in_same_fx = true;
+  std::shared_ptr<MemPool> use_graph_pool;  // none: a pool per compiled function
+  std::int64_t warmup_iters = 0;
+  bool inplace_pass = true;
+  bool input_inplace_pass = true;
+  bool pattern_fusion_pass = true;
+  bool remove_noop_ops = true;
+  bool remove_cat_ops = true;
+  bool memory_planning = true;
+  std::vector<passes::Pass> pre_passes;   // run before the built-in passes
+  std::vector<passes::Pass> post_passes;  // run after them
+  std::string debug_save;                 // folder: the IR after every pass
+  std::string data_dump;                  // folder: every node's outputs from one eager run
+  std::int64_t recompile_limit = 8;       // guard sets per compiled function
+
+  // Sets an option from text ("mode", "reduce-overhead"; "capture_limit", "4";
+  // booleans "true"/"false"). Unknown names and invalid values throw
+  // sinkgraph::Error naming the option and what is accepted.
+  void set(const std::string& name, const std::string& value);
+  [[nodiscard]] std::string get(const std::string& name) const;
+  [[nodiscard]] static const std::vector<std::string>& option_names();
+  [[nodiscard]] std::string str() const;  // every option, one per line
+};
+
+// A compiled graph ready to run (TorchAir's concrete graphs).
+class SG_API ConcreteGraph {
+ public:
+  virtual ~ConcreteGraph() = default;
+  virtual std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) = 0;
+  [[nodiscard]] virtual std::string kind() const = 0;  // "EagerGraph", ...
+  [[nodiscard]] virtual std::string explain() const = 0;
+  [[nodiscard]] virtual const ir::Graph& graph() const = 0;
+};
+
+// Chooses passes by mode and builds the concrete graph.
+class SG_API GraphCompiler {
+ public:
+  explicit GraphCompiler(CompilerConfig config) : config_(std::move(config)) {}
+  // The pass pipeline for the config's mode (names, in order).
+  [[nodiscard]] std::vector<std::string> pipeline() const;
+  std::unique_ptr<ConcreteGraph> compile(TracedGraph& traced) const;
+
+ private:
+  CompilerConfig config_;
+};
+
+class SG_API Backend {
+ public:
+  Backend(CompilerConfig config, Decompositions decompositions)
+      : config_(std::move(config)), decompositions_(std::move(decompositions)) {}
+  [[nodiscard]] const CompilerConfig& config() const { return config_; }
+  [[nodiscard]] const Decompositions& decompositions() const { return decompositions_; }
+  std::unique_ptr<ConcreteGraph> compile(TracedGraph& traced) const {
+    return GraphCompiler(config_).compile(traced);
+  }
+
+ private:
+  CompilerConfig config_;
+  Decompositions decompositions_;
+};
+
+SG_API std::shared_ptr<Backend> get_backend(const CompilerConfig& config,
+                                            const Decompositions& custom_decompositions = {});
+
+// The callable compile() returns. Safe to call from several threads; calls are
+// serialized.
+class SG_API CompiledFunction {
+ public:
+  CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend, TraceOptions options);
+  std::vector<Tensor> operator()(std::span<const Arg> args);
+  std::vector<Tensor> operator()(std::initializer_list<Arg> args) {
+    return (*this)(std::span<const Arg>(args.begin(), args.size()));
+  }
+
+  // When and why each graph was traced and compiled, and what runs it.
+  [[nodiscard]] std::string explain() const;
+  [[nodiscard]] std::size_t num_graphs() const;
+  [[nodiscard]] std::int64_t num_traces() const;
+  // The graph compiled for the i-th guard set.
+  [[nodiscard]] const ir::Graph& graph(std::size_t i) const;
+
+ private:
+  struct Entry {
+    TracedGraph traced;
+    std::unique_ptr<ConcreteGraph> compiled;
+    std::string reason;
+    std::int64_t calls = 0;
+  };
+  TracedFn fn_;
+  std::shared_ptr<Backend> backend_;
+  TraceOptions options_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::vector<std::string> log_;
+  std::int64_t traces_ = 0;
+  std::int64_t eager_calls_ = 0;
+  bool limit_warned_ = false;
+};
+
+SG_API std::shared_ptr<CompiledFunction> compile(TracedFn fn, std::shared_ptr<Backend> backend,
+                                                 TraceOptions options = {});
+
+}  // namespace sinkgraph

@@ -1,0 +1,85 @@
+#pragma once
+// trace(): runs ordinary model code (written against Tensor, SymInt and ops::)
+// on traced tensors and records an IR Graph, with the guards it assumed.
+// This is our Dynamo: no bytecode, just the dispatcher's interceptor hook.
+//
+// Note [What becomes what while tracing]
+//  - a Tensor argument         -> an `input` (a `mutated` input if an in-place
+//                                 operator writes it); dims listed in
+//                                 TraceOptions::dynamic_dims become symbols
+//  - a SymInt argument         -> a `sym` input: one graph for every value
+//  - an int64 argument         -> specialized: the code sees the plain value,
+//                                 and a guard re-traces when it changes
+//  - any other tensor the code uses (weights in a model object) -> a `param`
+//  - reading a traced tensor's values on the host -> an error: the function
+//                                 must trace as one graph
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sinkgraph/export.h"
+#include "sinkgraph/ir.h"
+#include "sinkgraph/tensor.h"
+
+namespace sinkgraph {
+
+using Arg = std::variant<Tensor, SymInt, std::int64_t>;
+using TracedFn = std::function<std::vector<Tensor>(std::span<const Arg> args)>;
+
+// Re-expresses one operator with others (TorchAir's custom_decompositions):
+// called with the operator's tensors and scalars in schema order.
+using Decomposition =
+    std::function<Tensor(std::span<const Tensor> tensors, std::span<const ScalarValue> scalars)>;
+using Decompositions = std::map<std::string, Decomposition>;
+
+struct TraceOptions {
+  std::string graph_name = "main";
+  // Names of the arguments (defaults: a0, a1, ...); sym inputs bind these names.
+  std::vector<std::string> arg_names;
+  // For each argument index, the dims that are dynamic (become symbols s0, s1, ...).
+  std::map<int, std::vector<int>> dynamic_dims;
+  Decompositions decompositions;
+};
+
+// What a traced graph assumed about its arguments.
+struct ArgGuard {
+  enum class Kind : std::uint8_t { tensor, sym, integer };
+  Kind kind = Kind::tensor;
+  DType dtype = DType::f32;
+  DeviceType device = DeviceType::cpu;
+  std::vector<std::int64_t> dims;  // -1: dynamic
+  std::int64_t value = 0;          // integer: the specialized value
+};
+
+struct SG_API Guards {
+  std::vector<ArgGuard> args;
+  // True when `args` satisfy every guard; otherwise `why` says which failed.
+  bool check(std::span<const Arg> call_args, std::string* why = nullptr) const;
+  [[nodiscard]] std::string str() const;
+};
+
+// Where each graph input's value comes from at call time.
+struct InputBinding {
+  enum class Source : std::uint8_t { arg, param };
+  Source source = Source::arg;
+  int index = 0;  // into the call's args, or into TracedGraph::params
+};
+
+struct TracedGraph {
+  std::unique_ptr<ir::Graph> graph;
+  std::vector<Tensor> params;          // lifted tensors, in order of first use
+  std::vector<InputBinding> bindings;  // one per graph input
+  Guards guards;
+  // Graph inputs for one call (args and params), in the graph's input order.
+  [[nodiscard]] SG_API std::vector<ir::RtValue> graph_inputs(std::span<const Arg> args) const;
+};
+
+SG_API TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
+                         const TraceOptions& options = {});
+
+}  // namespace sinkgraph

@@ -1,0 +1,110 @@
+// compile(): trace on first call per guard set, compile, cache, run.
+#include <cstdio>
+
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/error.h"
+
+namespace sinkgraph {
+
+CompiledFunction::CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend, TraceOptions options)
+    : fn_(std::move(fn)), backend_(std::move(backend)), options_(std::move(options)) {
+  SG_CHECK(fn_ != nullptr, "compile: the function is empty");
+  SG_CHECK(backend_ != nullptr, "compile: the backend is null");
+  for (const auto& [name, d] : backend_->decompositions()) {
+    SG_CHECK(OpRegistry::instance().find(name) != nullptr, "custom_decompositions: unknown operator '",
+             name, "'");
+    options_.decompositions[name] = d;
+  }
+}
+
+std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
+  std::lock_guard lock(mutex_);
+  Entry* entry = nullptr;
+  std::string why;
+  for (const auto& e : entries_) {
+    std::string reason;
+    if (e->traced.guards.check(args, &reason)) {
+      entry = e.get();
+      break;
+    }
+    why = reason;
+  }
+  if (entry == nullptr) {
+    if (static_cast<std::int64_t>(entries_.size()) >= backend_->config().recompile_limit) {
+      ++eager_calls_;
+      if (!limit_warned_) {
+        limit_warned_ = true;
+        const std::string msg = "recompile limit (" + std::to_string(backend_->config().recompile_limit) +
+                                ") reached: " + why + "; running this call and later unmatched calls eagerly";
+        log_.push_back(msg);
+        std::fprintf(stderr, "sinkgraph: warning: %s\n", msg.c_str());
+      }
+      return fn_(args);
+    }
+    auto e = std::make_unique<Entry>();
+    e->reason = entries_.empty() ? "first call" : "guards of every earlier graph failed (" + why + ")";
+    e->traced = trace(fn_, args, options_);
+    ++traces_;
+    e->compiled = backend_->compile(e->traced);
+    log_.push_back("graph " + std::to_string(entries_.size()) + " traced: " + e->reason);
+    entry = e.get();
+    entries_.push_back(std::move(e));
+  }
+  ++entry->calls;
+  const std::vector<ir::RtValue> inputs = entry->traced.graph_inputs(args);
+  std::vector<ir::RtValue> outputs = entry->compiled->run(inputs);
+  std::vector<Tensor> result;
+  result.reserve(outputs.size());
+  for (auto& o : outputs) result.push_back(std::get<Tensor>(std::move(o)));
+  return result;
+}
+
+std::string CompiledFunction::explain() const {
+  std::lock_guard lock(mutex_);
+  const CompilerConfig& config = backend_->config();
+  std::string out = std::string("compiled function: mode ") + mode_name(config.mode) +
+                    (config.force_eager ? " (force_eager)" : "") + ", " +
+                    std::to_string(entries_.size()) + " graph(s), " + std::to_string(traces_) +
+                    " trace(s), recompile limit " + std::to_string(config.recompile_limit) + "\n";
+  const std::vector<std::string> pipeline = GraphCompiler(config).pipeline();
+  out += "  passes:";
+  for (const auto& p : pipeline) out += " " + p;
+  out += pipeline.empty() ? " (none)\n" : "\n";
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = *entries_[i];
+    out += "graph " + std::to_string(i) + ": traced because: " + e.reason + "\n";
+    out += "  guards: " + e.traced.guards.str() + "\n";
+    out += "  inputs: " + std::to_string(e.traced.graph->inputs().size()) + " (" +
+           std::to_string(e.traced.params.size()) + " params), nodes: " +
+           std::to_string(e.compiled->graph().nodes().size()) + ", calls: " + std::to_string(e.calls) + "\n";
+    out += "  " + e.compiled->explain();
+  }
+  if (eager_calls_ > 0) {
+    out += "eager calls past the recompile limit: " + std::to_string(eager_calls_) + "\n";
+  }
+  for (const auto& line : log_) out += "log: " + line + "\n";
+  return out;
+}
+
+std::size_t CompiledFunction::num_graphs() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+std::int64_t CompiledFunction::num_traces() const {
+  std::lock_guard lock(mutex_);
+  return traces_;
+}
+
+const ir::Graph& CompiledFunction::graph(std::size_t i) const {
+  std::lock_guard lock(mutex_);
+  SG_CHECK(i < entries_.size(), "graph(", i, "): only ", entries_.size(), " graphs");
+  return entries_[i]->compiled->graph();
+}
+
+std::shared_ptr<CompiledFunction> compile(TracedFn fn, std::shared_ptr<Backend> backend,
+                                          TraceOptions options) {
+  return std::make_shared<CompiledFunction>(std::move(fn), std::move(backend), std::move(options));
+}
+
+}  // namespace sinkgraph

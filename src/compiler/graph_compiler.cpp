@@ -1,0 +1,137 @@
+// GraphCompiler: passes chosen by mode, then a concrete graph.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/error.h"
+
+namespace sinkgraph {
+
+namespace {
+
+// Note [Modes that cannot yet do what they promise]
+// Until capture and replay land, reduce-overhead and max-autotune run their
+// graph eagerly. They say so on stderr and in the explain report at every
+// compile: never a silent fallback.
+constexpr const char* kNoCapture =
+    "capture and replay are not implemented yet: the graph runs eagerly (EagerGraph) "
+    "instead of being captured into a device graph";
+
+class EagerGraph final : public ConcreteGraph {
+ public:
+  EagerGraph(std::unique_ptr<ir::Graph> graph, std::vector<std::string> notes, std::string data_dump)
+      : graph_(std::move(graph)), notes_(std::move(notes)), data_dump_(std::move(data_dump)) {}
+
+  std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) override {
+    ++runs_;
+    if (data_dump_.empty() || dumped_) return ir::interpret(*graph_, inputs);
+    dumped_ = true;
+    return ir::interpret(*graph_, inputs, [this](const ir::Node& node, const Tensor& out) {
+      dump(node, out);
+    });
+  }
+  [[nodiscard]] std::string kind() const override { return "EagerGraph"; }
+  [[nodiscard]] const ir::Graph& graph() const override { return *graph_; }
+  [[nodiscard]] std::string explain() const override {
+    std::string out = "EagerGraph: interprets " + std::to_string(graph_->nodes().size()) +
+                      " nodes through the eager dispatcher; run " + std::to_string(runs_) +
+                      " times\n";
+    for (const auto& note : notes_) out += "  note: " + note + "\n";
+    return out;
+  }
+
+ private:
+  // data_dump: one raw little-endian f32 file per node output, plus an index.
+  void dump(const ir::Node& node, const Tensor& out) {
+    std::filesystem::create_directories(data_dump_);
+    const std::string file = std::to_string(index_++) + "_" + node.result()->name + ".f32";
+    const std::vector<float> values = out.to_floats();
+    std::ofstream(std::filesystem::path(data_dump_) / file, std::ios::binary)
+        .write(reinterpret_cast<const char*>(values.data()),
+               static_cast<std::streamsize>(values.size() * sizeof(float)));
+    std::ofstream(std::filesystem::path(data_dump_) / "index.txt", std::ios::app)
+        << file << " " << node.op_name() << " " << shape_str(out.shape()) << "\n";
+  }
+
+  std::unique_ptr<ir::Graph> graph_;
+  std::vector<std::string> notes_;
+  std::string data_dump_;
+  std::int64_t runs_ = 0;
+  bool dumped_ = false;
+  int index_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> GraphCompiler::pipeline() const {
+  std::vector<std::string> out;
+  for (const auto& p : config_.pre_passes) out.push_back(p.name);
+  if (!config_.force_eager && config_.mode != Mode::eager) {
+    out.emplace_back("dce");
+    out.emplace_back("cse");
+    out.emplace_back("constant_folding");
+    if (config_.remove_noop_ops) out.emplace_back("remove_noop_ops");
+    out.emplace_back("dce");
+  }
+  for (const auto& p : config_.post_passes) out.push_back(p.name);
+  return out;
+}
+
+std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const {
+  std::vector<std::string> notes;
+  const bool eager = config_.force_eager || config_.mode == Mode::eager;
+  if (!eager) {
+    notes.push_back(std::string("mode '") + mode_name(config_.mode) + "': " + kNoCapture);
+    if (config_.mode == Mode::max_autotune) {
+      notes.emplace_back(
+          "mode 'max-autotune': pattern fusion, cat removal and memory planning are not "
+          "implemented yet; it runs the reduce-overhead pipeline");
+    }
+    if (config_.inplace_pass || config_.input_inplace_pass) {
+      notes.emplace_back("inplace_pass / input_inplace_pass are not implemented yet and were skipped");
+    }
+    for (const auto& note : notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
+  }
+
+  passes::PassManager manager;
+  for (const auto& p : config_.pre_passes) manager.add(p);
+  if (!eager) {
+    for (const std::string& name : pipeline()) {
+      const bool custom = std::any_of(config_.pre_passes.begin(), config_.pre_passes.end(),
+                                      [&](const auto& p) { return p.name == name; }) ||
+                          std::any_of(config_.post_passes.begin(), config_.post_passes.end(),
+                                      [&](const auto& p) { return p.name == name; });
+      if (!custom) manager.add(passes::find_pass(name));
+    }
+  }
+  for (const auto& p : config_.post_passes) manager.add(p);
+
+  passes::PassContext ctx;
+  ctx.frozen_parameter = config_.frozen_parameter;
+  for (std::size_t i = 0; i < traced.bindings.size(); ++i) {
+    if (traced.bindings[i].source == InputBinding::Source::param) {
+      ctx.param_data[traced.graph->inputs()[i]->name] =
+          traced.params[static_cast<std::size_t>(traced.bindings[i].index)];
+    }
+  }
+  manager.run(*traced.graph, ctx, config_.debug_save);
+  // Passes may add param inputs (constant folding with frozen_parameter).
+  for (std::size_t i = traced.bindings.size(); i < traced.graph->inputs().size(); ++i) {
+    const ir::Value* in = traced.graph->inputs()[i];
+    const auto it = ctx.param_data.find(in->name);
+    SG_ASSERT(in->kind == ir::InputKind::param && it != ctx.param_data.end(),
+              "a pass added input %", in->name, " without its data");
+    traced.bindings.push_back({InputBinding::Source::param, static_cast<int>(traced.params.size())});
+    traced.params.push_back(it->second);
+  }
+  return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
+}
+
+std::shared_ptr<Backend> get_backend(const CompilerConfig& config,
+                                     const Decompositions& custom_decompositions) {
+  return std::make_shared<Backend>(config, custom_decompositions);
+}
+
+}  // namespace sinkgraph

@@ -1,0 +1,288 @@
+// The tracer: a DispatchInterceptor that records operator calls into a Graph
+// (Note [What becomes what while tracing] in trace.h).
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "sinkgraph/error.h"
+#include "sinkgraph/trace.h"
+
+namespace sinkgraph {
+
+namespace {
+
+class TracedValue final : public TraceInfo {
+ public:
+  TracedValue(const void* owner, ir::Value* v) : tracer(owner), value(v) {}
+  [[nodiscard]] std::string describe() const override {
+    if (value->producer == nullptr) return "%" + value->name + " (a graph input)";
+    std::string s = "%" + value->name + " = " + value->producer->op_name() + "(";
+    for (std::size_t i = 0; i < value->producer->operands.size(); ++i) {
+      s += (i > 0 ? ", %" : "%") + value->producer->operands[i]->name;
+    }
+    return s + ")";
+  }
+  const void* tracer;
+  ir::Value* value;
+};
+
+// The graph input a value writes through to, following views and in-place results.
+ir::Value* root_of(ir::Value* v) {
+  while (v->producer != nullptr) {
+    const OpSchema& schema = v->producer->op->schema;
+    if (schema.alias_of != 0 || v->producer->operands.empty()) return v;
+    v = v->producer->operands[0];
+  }
+  return v;
+}
+
+class Tracer final : public DispatchInterceptor {
+ public:
+  Tracer(const TraceOptions& options, TracedGraph& out) : options_(options), out_(out) {}
+
+  Tensor make_traced(ir::Value* v, bool contiguous) {
+    auto info = std::make_shared<TracedValue>(this, v);
+    info->shape = v->meta.shape;
+    info->contiguous = contiguous;
+    info->device = &get_device(v->meta.device);
+    return Tensor(std::move(info), v->meta.dtype);
+  }
+
+  // The graph value a tensor stands for; concrete tensors become params.
+  ir::Value* value_of(const Tensor& t) {
+    if (t.is_traced()) {
+      const auto* info = dynamic_cast<const TracedValue*>(t.trace().get());
+      SG_CHECK(info != nullptr && info->tracer == this,
+               "a tensor traced by another trace() call was used here");
+      return info->value;
+    }
+    const auto key = std::make_tuple(t.storage().get(), t.offset(), t.dtype(),
+                                     std::vector<std::int64_t>(t.shape().begin(), t.shape().end()),
+                                     std::vector<std::int64_t>(t.strides().begin(), t.strides().end()));
+    if (const auto it = params_.find(key); it != params_.end()) return it->second;
+    TensorMeta meta{t.dtype(), to_sym(t.shape()), t.device().type()};
+    ir::Value* v = out_.graph->add_input("p" + std::to_string(out_.params.size()), meta,
+                                         ir::InputKind::param);
+    out_.bindings.push_back({InputBinding::Source::param, static_cast<int>(out_.params.size())});
+    out_.params.push_back(t);
+    params_.emplace(key, v);
+    return v;
+  }
+
+  Tensor intercept(const OpDef& op, std::span<const Tensor* const> tensors,
+                   std::span<const ScalarValue> scalars) override {
+    const std::string& name = op.schema.name;
+    if (const auto it = options_.decompositions.find(name);
+        it != options_.decompositions.end() && !decomposing_.contains(name)) {
+      std::vector<Tensor> args;
+      args.reserve(tensors.size());
+      for (const Tensor* t : tensors) args.push_back(*t);
+      decomposing_.insert(name);  // the decomposition may call the operator itself
+      struct Reset {
+        std::set<std::string>& set;
+        const std::string& key;
+        ~Reset() { set.erase(key); }
+      } reset{decomposing_, name};
+      return it->second(args, scalars);
+    }
+    std::vector<ir::Value*> operands;
+    operands.reserve(tensors.size());
+    for (const Tensor* t : tensors) operands.push_back(value_of(*t));
+    std::vector<ir::NamedAttr> attrs;
+    std::size_t next = 0;
+    for (const ArgSpec& spec : op.schema.args) {
+      if (spec.kind == ArgKind::tensor || spec.kind == ArgKind::tensor_list) continue;
+      SG_ASSERT(next < scalars.size(), name, ": fewer scalars than the schema declares");
+      attrs.push_back({spec.name, scalars[next++]});
+    }
+    ir::Node* node = out_.graph->add_node(op, std::move(operands), std::move(attrs));
+    // In-place writes to an input make it `mutated`.
+    std::size_t tensor_index = 0;
+    for (const ArgSpec& spec : op.schema.args) {
+      if (spec.kind != ArgKind::tensor) continue;
+      if (spec.mutated) {
+        ir::Value* root = root_of(node->operands[tensor_index]);
+        if (root->is_input() && root->kind == ir::InputKind::input) root->kind = ir::InputKind::mutated;
+      }
+      ++tensor_index;
+    }
+    bool contiguous = true;
+    if (op.schema.is_view) {
+      contiguous = name == "view";
+    } else if (op.schema.alias_of == 0) {
+      contiguous = tensors[0]->is_contiguous();
+    }
+    return make_traced(node->result(), contiguous);
+  }
+
+ private:
+  using ParamKey = std::tuple<const Storage*, std::int64_t, DType, std::vector<std::int64_t>,
+                              std::vector<std::int64_t>>;
+  const TraceOptions& options_;
+  TracedGraph& out_;
+  std::map<ParamKey, ir::Value*> params_;
+  std::set<std::string> decomposing_;
+};
+
+class InterceptorScope {
+ public:
+  explicit InterceptorScope(DispatchInterceptor* i) : previous_(set_dispatch_interceptor(i)) {}
+  ~InterceptorScope() { set_dispatch_interceptor(previous_); }
+  InterceptorScope(const InterceptorScope&) = delete;
+  InterceptorScope& operator=(const InterceptorScope&) = delete;
+
+ private:
+  DispatchInterceptor* previous_;
+};
+
+std::string arg_name(const TraceOptions& options, std::size_t i) {
+  return i < options.arg_names.size() ? options.arg_names[i] : "a" + std::to_string(i);
+}
+
+}  // namespace
+
+TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args, const TraceOptions& options) {
+  SG_CHECK(dispatch_interceptor() == nullptr, "trace: already tracing on this thread");
+  TracedGraph out;
+  out.graph = std::make_unique<ir::Graph>(options.graph_name);
+  Tracer tracer(options, out);
+  std::vector<Arg> traced_args;
+  int next_symbol = 0;
+  for (std::size_t i = 0; i < example_args.size(); ++i) {
+    const std::string name = arg_name(options, i);
+    ArgGuard guard;
+    if (const auto* t = std::get_if<Tensor>(&example_args[i])) {
+      SG_CHECK(t->defined() && !t->is_traced(), "trace: argument ", i, " (", name,
+               ") must be a concrete tensor");
+      guard.kind = ArgGuard::Kind::tensor;
+      guard.dtype = t->dtype();
+      guard.device = t->device().type();
+      TensorMeta meta{t->dtype(), to_sym(t->shape()), t->device().type()};
+      guard.dims.assign(t->shape().begin(), t->shape().end());
+      if (const auto it = options.dynamic_dims.find(static_cast<int>(i)); it != options.dynamic_dims.end()) {
+        for (const int d : it->second) {
+          const int dim = wrap_dim(d, t->ndim(), "trace dynamic_dims");
+          meta.shape[dim] = SymInt::symbol("s" + std::to_string(next_symbol++));
+          guard.dims[static_cast<std::size_t>(dim)] = -1;
+        }
+      }
+      ir::Value* v = out.graph->add_input(name, meta, ir::InputKind::input);
+      out.bindings.push_back({InputBinding::Source::arg, static_cast<int>(i)});
+      traced_args.emplace_back(tracer.make_traced(v, true));
+    } else if (const auto* s = std::get_if<SymInt>(&example_args[i])) {
+      SG_CHECK(!s->is_symbolic(), "trace: argument ", i, " (", name, ") must be a concrete SymInt");
+      guard.kind = ArgGuard::Kind::sym;
+      out.graph->add_sym_input(name);
+      out.bindings.push_back({InputBinding::Source::arg, static_cast<int>(i)});
+      traced_args.emplace_back(SymInt::symbol(name));
+    } else {
+      guard.kind = ArgGuard::Kind::integer;
+      guard.value = std::get<std::int64_t>(example_args[i]);
+      traced_args.emplace_back(guard.value);
+    }
+    out.guards.args.push_back(guard);
+  }
+  std::vector<Tensor> results;
+  {
+    InterceptorScope scope(&tracer);
+    results = fn(traced_args);
+  }
+  for (const Tensor& r : results) {
+    SG_CHECK(r.defined(), "trace: the function returned an undefined tensor");
+    out.graph->outputs.push_back(tracer.value_of(r));
+  }
+  return out;
+}
+
+std::vector<ir::RtValue> TracedGraph::graph_inputs(std::span<const Arg> args) const {
+  std::vector<ir::RtValue> inputs;
+  inputs.reserve(bindings.size());
+  for (const InputBinding& b : bindings) {
+    if (b.source == InputBinding::Source::param) {
+      inputs.emplace_back(params[static_cast<std::size_t>(b.index)]);
+    } else if (const auto* t = std::get_if<Tensor>(&args[static_cast<std::size_t>(b.index)])) {
+      inputs.emplace_back(*t);
+    } else {
+      inputs.emplace_back(std::get<SymInt>(args[static_cast<std::size_t>(b.index)]).value());
+    }
+  }
+  return inputs;
+}
+
+bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
+  const auto fail = [&](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  if (call_args.size() != args.size()) {
+    return fail("expected " + std::to_string(args.size()) + " arguments, got " +
+                std::to_string(call_args.size()));
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const ArgGuard& g = args[i];
+    const std::string where = "argument " + std::to_string(i);
+    switch (g.kind) {
+      case ArgGuard::Kind::tensor: {
+        const auto* t = std::get_if<Tensor>(&call_args[i]);
+        if (t == nullptr || !t->defined()) return fail(where + " must be a tensor");
+        if (t->dtype() != g.dtype) {
+          return fail(where + " has dtype " + std::string(dtype_name(t->dtype())) + ", traced with " +
+                      std::string(dtype_name(g.dtype)));
+        }
+        if (t->device().type() != g.device) return fail(where + " moved to another device type");
+        if (t->ndim() != static_cast<int>(g.dims.size())) {
+          return fail(where + " has rank " + std::to_string(t->ndim()) + ", traced with " +
+                      std::to_string(g.dims.size()));
+        }
+        for (std::size_t d = 0; d < g.dims.size(); ++d) {
+          if (g.dims[d] >= 0 && t->size(static_cast<int>(d)) != g.dims[d]) {
+            return fail(where + " dimension " + std::to_string(d) + " is " +
+                        std::to_string(t->size(static_cast<int>(d))) + ", traced as the static size " +
+                        std::to_string(g.dims[d]));
+          }
+        }
+        break;
+      }
+      case ArgGuard::Kind::sym:
+        if (!std::holds_alternative<SymInt>(call_args[i])) return fail(where + " must be a SymInt");
+        break;
+      case ArgGuard::Kind::integer: {
+        const auto* v = std::get_if<std::int64_t>(&call_args[i]);
+        if (v == nullptr) return fail(where + " must be a plain integer");
+        if (*v != g.value) {
+          return fail(where + " is " + std::to_string(*v) + ", specialized while tracing as " +
+                      std::to_string(g.value));
+        }
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+std::string Guards::str() const {
+  std::string out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const ArgGuard& g = args[i];
+    out += (i > 0 ? "; " : "") + std::string("arg") + std::to_string(i) + ": ";
+    switch (g.kind) {
+      case ArgGuard::Kind::tensor: {
+        out += std::string(dtype_name(g.dtype)) + "[";
+        for (std::size_t d = 0; d < g.dims.size(); ++d) {
+          out += (d > 0 ? "," : "") + (g.dims[d] < 0 ? std::string("*") : std::to_string(g.dims[d]));
+        }
+        out += "] on " + std::string(device_type_name(g.device));
+        break;
+      }
+      case ArgGuard::Kind::sym:
+        out += "sym";
+        break;
+      case ArgGuard::Kind::integer:
+        out += "== " + std::to_string(g.value);
+        break;
+    }
+  }
+  return out;
+}
+
+}  // namespace sinkgraph
