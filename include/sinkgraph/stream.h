@@ -16,6 +16,17 @@
 namespace sinkgraph {
 
 class Event;
+class DeviceGraph;
+class MemPool;
+struct CaptureState;
+
+// What capture forbids (Note [Capture] in device_graph.h): host
+// synchronization, host reads, allocations outside the capture's pool and
+// launches on streams that have not joined the capture are errors from any
+// thread under `global`, from the capturing thread under `thread_local_`, and
+// allowed under `relaxed`.
+enum class CaptureErrorMode : std::uint8_t { global, thread_local_, relaxed };
+SG_API const char* capture_error_mode_name(CaptureErrorMode mode);
 
 // How an idle worker waits for work: it spins for `spin_us` microseconds, then
 // parks on a futex. Parking saves a core; waking a parked worker costs a
@@ -65,6 +76,13 @@ class SG_API Stream {
   // Raises (and clears) a sticky kernel error without waiting.
   void check_error();
 
+  // Records launches instead of running them until end_capture(); every
+  // allocation for this stream comes from `pool` meanwhile.
+  void begin_capture(std::shared_ptr<MemPool> pool, CaptureErrorMode mode = CaptureErrorMode::global);
+  // Ends the capture this stream began; throws if a forked stream never joined back.
+  DeviceGraph end_capture();
+  [[nodiscard]] bool is_capturing() const { return capturing_.load(std::memory_order_acquire); }
+
   // Progress in queue entries: the allocator's cross-stream reuse rule uses it.
   [[nodiscard]] virtual std::uint64_t submitted() const = 0;
   [[nodiscard]] virtual std::uint64_t completed() const = 0;
@@ -78,6 +96,13 @@ class SG_API Stream {
   Stream(Device& device, std::string name);
   // Sticky error storage shared by backends.
   void set_sticky_error(const std::string& message);
+  // Capture hooks for backends: each returns true when the call was recorded
+  // into an active capture instead of being enqueued.
+  bool capture_launch(KernelFn fn, const ArgBlock& args, const char* name);
+  bool capture_record(Event& event);
+  bool capture_wait(const Event& event);
+  // Checks a launch on a stream outside any capture while captures are active.
+  void check_uncaptured_launch(const char* name) const;
 
  private:
   Device& device_;
@@ -86,7 +111,14 @@ class SG_API Stream {
   std::atomic<bool> has_error_{false};
   std::mutex error_mutex_;
   std::string error_;
+  friend struct CaptureState;
+  std::atomic<bool> capturing_{false};
+  std::shared_ptr<CaptureState> capture_;  // guarded by the capture registry's mutex
 };
+
+// The operator the dispatcher is running on this thread (for capture errors).
+SG_API void set_current_op_name(const char* name);
+SG_API const char* current_op_name();
 
 // The stream this host thread launches on for `device` (its default stream
 // until set). StreamGuard sets it for a scope.

@@ -86,6 +86,30 @@ class SG_API SymExpr {
   Terms terms_;
 };
 
+// A SymInt compiled against a fixed symbol order, so that evaluating it needs
+// no map lookups and no allocation (graph replay evaluates these per call).
+class SG_API CompiledSymExpr {
+ public:
+  CompiledSymExpr() = default;
+  // Throws sinkgraph::Error when `value` uses a symbol not in `symbols`.
+  CompiledSymExpr(const SymInt& value, const std::vector<std::string>& symbols);
+  [[nodiscard]] std::int64_t eval(const std::int64_t* values) const;
+
+ private:
+  struct Term {
+    std::int64_t coeff;
+    std::vector<int> factors;  // >= 0: symbol index; < 0: ~index into atoms_
+  };
+  struct Atom {
+    bool floordiv;
+    std::unique_ptr<CompiledSymExpr> lhs, rhs;
+  };
+  void compile(const SymExpr& expr, const std::vector<std::string>& symbols);
+  std::int64_t constant_ = 0;
+  std::vector<Term> terms_;
+  std::vector<std::shared_ptr<Atom>> atoms_;
+};
+
 // Namespace-scope declarations so plain integers convert (floordiv(7, 2)).
 SG_API SymInt floordiv(const SymInt& a, const SymInt& b);
 SG_API SymInt mod(const SymInt& a, const SymInt& b);

@@ -248,4 +248,60 @@ bool operator==(const SymInt& a, const SymInt& b) {
 
 std::string to_string(const SymInt& value) { return value.str(); }
 
+CompiledSymExpr::CompiledSymExpr(const SymInt& value, const std::vector<std::string>& symbols) {
+  if (!value.is_symbolic()) {
+    constant_ = value.value();
+    return;
+  }
+  compile(*value.expr(), symbols);
+}
+
+void CompiledSymExpr::compile(const SymExpr& expr, const std::vector<std::string>& symbols) {
+  for (const auto& [mono, coeff] : expr.terms()) {
+    if (mono.empty()) {
+      constant_ += coeff;
+      continue;
+    }
+    Term term{coeff, {}};
+    for (const auto& atom : mono) {
+      if (atom->kind == SymExpr::Atom::Kind::symbol) {
+        const auto it = std::find(symbols.begin(), symbols.end(), atom->key);
+        SG_CHECK(it != symbols.end(), "symbol '", atom->key, "' is not bound here");
+        term.factors.push_back(static_cast<int>(it - symbols.begin()));
+      } else {
+        auto a = std::make_shared<Atom>();
+        a->floordiv = atom->kind == SymExpr::Atom::Kind::floordiv;
+        a->lhs = std::make_unique<CompiledSymExpr>();
+        a->rhs = std::make_unique<CompiledSymExpr>();
+        a->lhs->compile(*atom->lhs, symbols);
+        a->rhs->compile(*atom->rhs, symbols);
+        atoms_.push_back(std::move(a));
+        term.factors.push_back(~static_cast<int>(atoms_.size() - 1));
+      }
+    }
+    terms_.push_back(std::move(term));
+  }
+}
+
+std::int64_t CompiledSymExpr::eval(const std::int64_t* values) const {
+  std::int64_t total = constant_;
+  for (const Term& term : terms_) {
+    std::int64_t product = term.coeff;
+    for (const int f : term.factors) {
+      if (f >= 0) {
+        product *= values[f];
+        continue;
+      }
+      const Atom& atom = *atoms_[static_cast<std::size_t>(~f)];
+      const std::int64_t num = atom.lhs->eval(values);
+      const std::int64_t den = atom.rhs->eval(values);
+      if (den == 0) return 0;  // checked when the graph was built; never divide by zero here
+      const std::int64_t q = floor_div(num, den);
+      product *= atom.floordiv ? q : num - q * den;
+    }
+    total += product;
+  }
+  return total;
+}
+
 }  // namespace sinkgraph

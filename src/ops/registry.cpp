@@ -138,6 +138,12 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   }
   g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
   if (op.composite != nullptr) return op.composite(tensors, scalars);
+  // Names the operator in capture-time errors raised below us (allocation).
+  struct OpName {
+    const char* previous = current_op_name();
+    explicit OpName(const char* n) { set_current_op_name(n); }
+    ~OpName() { set_current_op_name(previous); }
+  } op_name(op.schema.name.c_str());
   const char* name = op.schema.name.c_str();
   Inferred inferred;
   infer(op, tensors, scalars, inferred);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
@@ -179,6 +180,7 @@ namespace {
 std::vector<unsigned char> host_bytes(const Tensor& t) {
   SG_CHECK(t.defined(), "reading an undefined tensor");
   if (t.is_traced()) throw_traced(t, "host read");
+  if (any_capture_active()) check_capture_safe(("host read of a " + t.str()).c_str());
   const Tensor c = t.contiguous();
   current_stream(c.device()).synchronize();
   std::vector<unsigned char> bytes(static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));

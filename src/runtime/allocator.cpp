@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "sinkgraph/device.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
 
@@ -235,6 +236,11 @@ DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
     std::lock_guard lock(mutex_);
     const auto it = routes_.find(stream.id());
     if (it != routes_.end()) pool = it->second;
+  }
+  if (pool == nullptr && any_capture_active()) [[unlikely]] {
+    const std::string what = "allocating " + std::to_string(bytes) + " bytes on stream '" + stream.name() +
+                             "' outside the capture's pool";
+    check_capture_safe(what.c_str());
   }
   return (pool ? *pool : *default_pool_).allocate(bytes, stream);
 }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "sinkgraph/allocator.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
 
@@ -86,6 +87,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  if (any_capture_active()) check_capture_safe("Event::synchronize");
   const std::uint64_t target = state_->recorded.load(std::memory_order_acquire);
   for (;;) {
     const std::uint64_t done = state_->completed.load(std::memory_order_acquire);

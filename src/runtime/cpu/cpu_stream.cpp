@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "sinkgraph/allocator.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 
 namespace sinkgraph::cpu_device {
@@ -56,6 +57,11 @@ void CpuStream::enqueue(Fill&& fill) {
 }
 
 void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
+  if (is_capturing()) [[unlikely]] {
+    if (capture_launch(fn, args, name)) return;
+  } else if (any_capture_active()) [[unlikely]] {
+    check_uncaptured_launch(name);
+  }
   const std::int64_t start = now_ns();
   std::int64_t expected = 0;
   first_launch_ns_.compare_exchange_strong(expected, start, std::memory_order_relaxed);
@@ -71,6 +77,7 @@ void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
 }
 
 void CpuStream::record(Event& event) {
+  if (is_capturing() && capture_record(event)) return;
   const auto& state = event.state();
   const std::uint64_t generation = state->recorded.fetch_add(1) + 1;
   enqueue([&](Entry& e) {
@@ -81,6 +88,7 @@ void CpuStream::record(Event& event) {
 }
 
 void CpuStream::wait(const Event& event) {
+  if (any_capture_active() && capture_wait(event)) return;
   const auto& state = event.state();
   const std::uint64_t generation = state->recorded.load(std::memory_order_acquire);
   if (generation == 0) return;  // never recorded: nothing to wait for
@@ -187,6 +195,7 @@ void CpuStream::wait_completed(std::uint64_t target) const {
 }
 
 void CpuStream::synchronize() {
+  if (any_capture_active()) check_capture_safe("synchronize");
   wait_completed(tail_.load(std::memory_order_acquire));
   check_error();
 }

@@ -1,0 +1,130 @@
+#pragma once
+// Capture and replay on a stream: the NPUGraph / CUDA Graph layer.
+//
+// Note [Capture]
+// Between Stream::begin_capture(pool, mode) and end_capture(), launches on the
+// stream are recorded as nodes of a DeviceGraph instead of running. Nodes
+// depend on the previous node of their stream; a stream that waits on an event
+// recorded during the capture joins it (fork), and the origin stream waiting on
+// an event of a joined stream joins it back. Every allocation made for a
+// capturing stream comes from the capture's pool.
+//
+// Note [Replay]
+// GraphExec::launch() is ONE queue entry per participating stream. The entry
+// on the launch stream runs the input copies, writes the updatable scalars of
+// this replay into the nodes, releases the branch entries (which run on the
+// exec's own streams), runs its nodes and waits for the branches, so replay k+1
+// never overlaps replay k. Nothing in the launch path touches the dispatcher,
+// shape functions or the device allocator.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sinkgraph/allocator.h"
+#include "sinkgraph/export.h"
+#include "sinkgraph/kernel_abi.h"
+#include "sinkgraph/stream.h"
+#include "sinkgraph/symint.h"
+
+namespace sinkgraph {
+
+// A scalar slot of a captured node that each replay rewrites from its syms.
+struct UpdateSlot {
+  int scalar_index = 0;
+  SymInt expr;  // over the exec's symbols
+};
+
+struct GraphNode {
+  KernelFn fn = nullptr;
+  const char* name = "";
+  ArgBlock args{};
+  int stream = 0;          // 0: the origin stream; 1..: forked streams in join order
+  std::vector<int> deps;   // indices of earlier nodes
+  std::vector<UpdateSlot> updates;
+};
+
+class GraphExec;
+
+class SG_API DeviceGraph {
+ public:
+  std::vector<GraphNode> nodes;
+  int num_streams = 1;
+  Device* device = nullptr;
+  std::shared_ptr<MemPool> pool;  // keeps the baked-in addresses reserved
+
+  // Text: one line per node with its kernel, tensors, scalars, updatable slots
+  // and dependencies.
+  [[nodiscard]] std::string str() const;
+  // Prepares the graph for replay with updatable slots evaluated over `symbols`
+  // (in the order launch() receives their values).
+  [[nodiscard]] std::unique_ptr<GraphExec> instantiate(const std::vector<std::string>& symbols = {}) const;
+};
+
+// A copy run at the start of a replay (static input buffers). `keep_alive`
+// holds the source's memory until the copy has run.
+struct ReplayCopy {
+  KernelFn fn = nullptr;
+  ArgBlock args{};
+  std::shared_ptr<const void> keep_alive;
+};
+
+class SG_API GraphExec {
+ public:
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+
+  // Enqueues one replay on `stream`: `sym_values` in instantiate()'s symbol
+  // order feed the updatable slots; `copies` run first.
+  void launch(Stream& stream, std::span<const std::int64_t> sym_values,
+              std::span<const ReplayCopy> copies = {});
+  [[nodiscard]] std::size_t num_nodes() const { return nodes_.size(); }
+  [[nodiscard]] int num_streams() const { return static_cast<int>(branches_.size()) + 1; }
+  [[nodiscard]] const std::vector<std::string>& symbols() const { return symbols_; }
+
+ private:
+  friend class DeviceGraph;
+  struct Replay;
+  struct Node {
+    KernelFn fn;
+    const char* name;
+    ArgBlock args;
+    std::vector<int> cross_deps;  // nodes on other streams this one waits for
+    std::vector<std::pair<int, CompiledSymExpr>> updates;  // (scalar index, expression)
+  };
+  GraphExec() = default;
+  static void run_origin(const ArgBlock& args, KernelContext& ctx);
+  static void run_branch(const ArgBlock& args, KernelContext& ctx);
+  void run_stream(int stream, std::uint64_t generation, KernelContext& ctx);
+  Replay* take_replay();
+  void give_back(Replay* replay);
+
+  std::vector<Node> nodes_;
+  std::vector<std::vector<int>> order_;  // node indices per stream, in order
+  std::vector<std::string> symbols_;
+  std::shared_ptr<MemPool> pool_;
+  std::vector<std::unique_ptr<Stream>> branches_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> done_;  // per node: last generation completed
+  std::vector<bool> has_cross_dependents_;
+  std::atomic<std::uint64_t> started_{0};                // generation released to the branches
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_done_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<KernelContext*> origin_ctx_{nullptr};
+  std::atomic<std::uint64_t> finished_{0};  // last generation whose origin entry completed
+  std::mutex free_mutex_;
+  std::vector<Replay*> free_;
+  std::vector<std::unique_ptr<Replay>> all_;
+};
+
+// Capture-time checks (Note [Capture]): throws sinkgraph::Error when `what`
+// (a synchronize, a host read, an allocation outside the pool) is not allowed
+// while a capture is active in the given error mode.
+SG_API void check_capture_safe(const char* what);
+// True while any capture is active (cheap: one atomic load).
+SG_API bool any_capture_active();
+
+}  // namespace sinkgraph

@@ -1,0 +1,212 @@
+// DeviceGraph (recorded nodes) and GraphExec (replay): Note [Replay].
+#include <sstream>
+#include <thread>
+
+#include "sinkgraph/device_graph.h"
+#include "sinkgraph/error.h"
+
+namespace sinkgraph {
+
+namespace {
+
+inline void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Waits until `value` reaches `target`: spin briefly, then futex-wait.
+void wait_for(const std::atomic<std::uint64_t>& value, std::uint64_t target) {
+  for (int i = 0; i < 4096; ++i) {
+    if (value.load(std::memory_order_acquire) >= target) return;
+    pause();
+  }
+  for (;;) {
+    const std::uint64_t now = value.load(std::memory_order_acquire);
+    if (now >= target) return;
+    value.wait(now, std::memory_order_acquire);
+  }
+}
+
+std::string tensor_text(const TensorArg& t) {
+  std::ostringstream out;
+  out << dtype_name(t.dtype) << "[";
+  for (int i = 0; i < t.ndim; ++i) out << (i > 0 ? "," : "") << t.sizes[i];
+  out << "]@" << t.data << "+" << t.offset;
+  bool contiguous = t.is_contiguous();
+  if (!contiguous) {
+    out << " strides(";
+    for (int i = 0; i < t.ndim; ++i) out << (i > 0 ? "," : "") << t.strides[i];
+    out << ")";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string DeviceGraph::str() const {
+  std::ostringstream out;
+  out << "device graph: " << nodes.size() << " nodes on " << num_streams << " stream(s)";
+  if (pool) out << ", pool '" << pool->name() << "'";
+  out << "\n";
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& n = nodes[i];
+    out << "  #" << i << " [s" << n.stream << "] " << n.name << "(";
+    for (int t = 0; t < n.args.num_tensors; ++t) out << (t > 0 ? ", " : "") << tensor_text(n.args.tensors[t]);
+    out << ")";
+    if (n.args.num_scalars > 0) {
+      out << " scalars{";
+      for (int s = 0; s < n.args.num_scalars; ++s) {
+        out << (s > 0 ? ", " : "") << s << ": i=" << n.args.scalars[s].i;
+        for (const auto& u : n.updates) {
+          if (u.scalar_index == s) out << " <- updatable " << u.expr.str();
+        }
+      }
+      out << "}";
+    }
+    if (!n.deps.empty()) {
+      out << " after";
+      for (const int d : n.deps) out << " #" << d;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+struct GraphExec::Replay {
+  GraphExec* exec = nullptr;
+  std::uint64_t generation = 0;
+  std::vector<std::int64_t> values;  // one per update, in node order
+  std::vector<ReplayCopy> copies;
+};
+
+std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::string>& symbols) const {
+  std::unique_ptr<GraphExec> exec(new GraphExec());
+  exec->symbols_ = symbols;
+  exec->pool_ = pool;
+  exec->order_.resize(static_cast<std::size_t>(num_streams));
+  exec->has_cross_dependents_.assign(nodes.size(), false);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& n = nodes[i];
+    GraphExec::Node node{n.fn, n.name, n.args, {}, {}};
+    for (const int d : n.deps) {
+      SG_ASSERT(d >= 0 && static_cast<std::size_t>(d) < i, "dependency on a later node");
+      if (nodes[static_cast<std::size_t>(d)].stream != n.stream) {
+        node.cross_deps.push_back(d);
+        exec->has_cross_dependents_[static_cast<std::size_t>(d)] = true;
+      }
+    }
+    for (const UpdateSlot& u : n.updates) {
+      SG_CHECK(u.scalar_index >= 0 && u.scalar_index < n.args.num_scalars, "updatable slot ",
+               u.scalar_index, " of node #", i, " (", n.name, ") is not a scalar of the node");
+      node.updates.emplace_back(u.scalar_index, CompiledSymExpr(u.expr, symbols));
+    }
+    exec->nodes_.push_back(std::move(node));
+    exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
+  }
+  exec->done_ = std::make_unique<std::atomic<std::uint64_t>[]>(nodes.size());
+  exec->branch_done_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(num_streams));
+  for (int b = 1; b < num_streams; ++b) {
+    SG_ASSERT(device != nullptr, "a multi-stream graph needs its device");
+    StreamOptions options;
+    options.name = "replay-branch" + std::to_string(b);
+    exec->branches_.push_back(device->create_stream(options));
+  }
+  return exec;
+}
+
+GraphExec::~GraphExec() {
+  // The launch stream's entries point at this exec: wait for the last one.
+  wait_for(finished_, generation_.load(std::memory_order_acquire));
+  for (auto& b : branches_) b->synchronize();
+}
+
+GraphExec::Replay* GraphExec::take_replay() {
+  std::lock_guard lock(free_mutex_);
+  if (free_.empty()) {
+    all_.push_back(std::make_unique<Replay>());
+    all_.back()->exec = this;
+    return all_.back().get();
+  }
+  Replay* r = free_.back();
+  free_.pop_back();
+  return r;
+}
+
+void GraphExec::give_back(Replay* replay) {
+  std::lock_guard lock(free_mutex_);
+  free_.push_back(replay);
+}
+
+void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
+                       std::span<const ReplayCopy> copies) {
+  SG_CHECK(sym_values.size() == symbols_.size(), "graph replay: expected ", symbols_.size(),
+           " sym values, got ", sym_values.size());
+  Replay* r = take_replay();
+  r->generation = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  r->values.clear();
+  for (const Node& n : nodes_) {
+    for (const auto& [slot, expr] : n.updates) r->values.push_back(expr.eval(sym_values.data()));
+  }
+  r->copies.assign(copies.begin(), copies.end());
+  for (std::size_t b = 0; b < branches_.size(); ++b) {
+    ArgBlock a;
+    a.num_tensors = 0;
+    a.num_scalars = 3;
+    a.scalars[0].i = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(this));
+    a.scalars[1].i = static_cast<std::int64_t>(r->generation);
+    a.scalars[2].i = static_cast<std::int64_t>(b + 1);
+    branches_[b]->launch(run_branch, a, "graph_replay_branch");
+  }
+  ArgBlock a;
+  a.num_tensors = 0;
+  a.num_scalars = 1;
+  a.scalars[0].i = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(r));
+  stream.launch(run_origin, a, "graph_replay");
+}
+
+void GraphExec::run_stream(int stream, std::uint64_t generation, KernelContext& ctx) {
+  for (const int index : order_[static_cast<std::size_t>(stream)]) {
+    Node& n = nodes_[static_cast<std::size_t>(index)];
+    for (const int d : n.cross_deps) wait_for(done_[static_cast<std::size_t>(d)], generation);
+    n.fn(n.args, ctx);
+    if (has_cross_dependents_[static_cast<std::size_t>(index)]) {
+      done_[static_cast<std::size_t>(index)].store(generation, std::memory_order_release);
+      done_[static_cast<std::size_t>(index)].notify_all();
+    }
+  }
+}
+
+void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
+  auto* r = reinterpret_cast<Replay*>(static_cast<std::uintptr_t>(args.scalars[0].i));
+  GraphExec& e = *r->exec;
+  for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
+  std::size_t k = 0;
+  for (Node& n : e.nodes_) {
+    for (const auto& [slot, expr] : n.updates) n.args.scalars[slot].i = r->values[k++];
+  }
+  e.origin_ctx_.store(&ctx, std::memory_order_release);
+  e.started_.store(r->generation, std::memory_order_release);
+  e.started_.notify_all();
+  e.run_stream(0, r->generation, ctx);
+  for (std::size_t b = 1; b <= e.branches_.size(); ++b) wait_for(e.branch_done_[b], r->generation);
+  const std::uint64_t generation = r->generation;
+  r->copies.clear();  // releases the copies' sources
+  e.give_back(r);
+  e.finished_.store(generation, std::memory_order_release);
+  e.finished_.notify_all();
+}
+
+void GraphExec::run_branch(const ArgBlock& args, KernelContext&) {
+  auto* e = reinterpret_cast<GraphExec*>(static_cast<std::uintptr_t>(args.scalars[0].i));
+  const auto generation = static_cast<std::uint64_t>(args.scalars[1].i);
+  const auto branch = static_cast<std::size_t>(args.scalars[2].i);
+  wait_for(e->started_, generation);
+  // Kernel errors surface on the launch stream, where the user synchronizes.
+  KernelContext& origin = *e->origin_ctx_.load(std::memory_order_acquire);
+  e->run_stream(static_cast<int>(branch), generation, origin);
+  e->branch_done_[branch].store(generation, std::memory_order_release);
+  e->branch_done_[branch].notify_all();
+}
+
+}  // namespace sinkgraph

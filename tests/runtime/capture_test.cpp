@@ -1,0 +1,240 @@
+// Capture and replay at the runtime level, for every device type: recording,
+// updatable slots, stream ordering of replays, fork/join, capture errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "sinkgraph/allocator.h"
+#include "sinkgraph/device.h"
+#include "sinkgraph/device_graph.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
+#include "sinkgraph/stream.h"
+
+namespace {
+
+namespace sg = sinkgraph;
+
+// A log the kernels append to: (tag, scalar 1, the worker thread).
+struct Log {
+  std::mutex mutex;
+  std::vector<std::int64_t> values;
+  std::vector<std::thread::id> threads;
+};
+
+void append(const sg::ArgBlock& args, sg::KernelContext&) {
+  auto* log = reinterpret_cast<Log*>(args.scalars[0].i);
+  std::lock_guard lock(log->mutex);
+  log->values.push_back(args.scalars[1].i);
+  log->threads.push_back(std::this_thread::get_id());
+}
+
+void fail_kernel(const sg::ArgBlock&, sg::KernelContext& ctx) { ctx.fail("replayed failure"); }
+
+sg::ArgBlock entry(Log& log, std::int64_t value) {
+  sg::ArgBlock a{};
+  a.num_scalars = 2;
+  a.scalars[0].i = reinterpret_cast<std::intptr_t>(&log);
+  a.scalars[1].i = value;
+  return a;
+}
+
+class RuntimeCapture : public testing::TestWithParam<sg::DeviceType> {
+ protected:
+  sg::Device& device() { return sg::get_device(GetParam()); }
+  std::shared_ptr<sg::MemPool> pool() { return device().allocator().create_pool("capture-test"); }
+};
+
+TEST_P(RuntimeCapture, records_instead_of_running_and_replays_with_one_entry) {
+  auto s = device().create_stream();
+  Log log;
+  s->begin_capture(pool());
+  EXPECT_TRUE(s->is_capturing());
+  for (int i = 0; i < 5; ++i) s->launch(append, entry(log, i), "append");
+  const sg::DeviceGraph graph = s->end_capture();
+  EXPECT_FALSE(s->is_capturing());
+  s->synchronize();
+  EXPECT_TRUE(log.values.empty()) << "captured kernels must not run during capture";
+  ASSERT_EQ(graph.nodes.size(), 5U);
+  EXPECT_EQ(graph.nodes[3].deps, std::vector<int>{2});
+
+  auto exec = graph.instantiate();
+  s->reset_counters();
+  for (int r = 0; r < 3; ++r) exec->launch(*s, {});
+  s->synchronize();
+  EXPECT_EQ(s->counters().launches, 3U) << "one queue entry per replay";
+  EXPECT_EQ(log.values, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+}
+
+TEST_P(RuntimeCapture, updatable_slots_take_each_replays_values_in_stream_order) {
+  auto s = device().create_stream();
+  Log log;
+  s->begin_capture(pool());
+  s->launch(append, entry(log, 0), "append");
+  sg::DeviceGraph graph = s->end_capture();
+  graph.nodes[0].updates.push_back({1, sg::SymInt::symbol("pos") * 2 + 1});
+  EXPECT_NE(graph.str().find("updatable 2*pos+1"), std::string::npos) << graph.str();
+  auto exec = graph.instantiate({"pos"});
+  // 50 replays enqueued back to back, one synchronize: each keeps its own value.
+  std::vector<std::int64_t> expected;
+  for (std::int64_t pos = 0; pos < 50; ++pos) {
+    const std::int64_t values[] = {pos};
+    exec->launch(*s, values);
+    expected.push_back(2 * pos + 1);
+  }
+  s->synchronize();
+  EXPECT_EQ(log.values, expected);
+  EXPECT_THROW(exec->launch(*s, {}), sg::Error);  // wrong number of sym values
+}
+
+TEST_P(RuntimeCapture, fork_and_join_through_events_records_both_branches) {
+  auto s = device().create_stream();
+  auto t = device().create_stream();
+  Log log;
+  sg::Event fork, join;
+  s->begin_capture(pool());
+  s->launch(append, entry(log, 1), "a");
+  fork.record(*s);
+  t->wait(fork);  // t joins the capture
+  EXPECT_TRUE(t->is_capturing());
+  t->launch(append, entry(log, 2), "b");
+  join.record(*t);
+  s->wait(join);  // and joins back
+  s->launch(append, entry(log, 3), "c");
+  const sg::DeviceGraph graph = s->end_capture();
+  EXPECT_FALSE(t->is_capturing());
+  ASSERT_EQ(graph.nodes.size(), 3U);
+  EXPECT_EQ(graph.num_streams, 2);
+  EXPECT_EQ(graph.nodes[1].stream, 1);
+  EXPECT_EQ(graph.nodes[1].deps, std::vector<int>{0});
+  EXPECT_EQ(graph.nodes[2].deps, (std::vector<int>{0, 1}));
+
+  auto exec = graph.instantiate();
+  EXPECT_EQ(exec->num_streams(), 2);
+  for (int r = 0; r < 10; ++r) exec->launch(*s, {});
+  s->synchronize();
+  ASSERT_EQ(log.values.size(), 30U);
+  for (int r = 0; r < 10; ++r) {
+    EXPECT_EQ(log.values[static_cast<std::size_t>(3 * r)], 1);
+    EXPECT_EQ(log.values[static_cast<std::size_t>(3 * r + 1)], 2);
+    EXPECT_EQ(log.values[static_cast<std::size_t>(3 * r + 2)], 3);
+  }
+  // The branch ran on its own worker.
+  EXPECT_NE(log.threads[0], log.threads[1]);
+  EXPECT_EQ(log.threads[0], log.threads[2]);
+}
+
+TEST_P(RuntimeCapture, a_fork_that_never_joins_back_is_an_error) {
+  auto s = device().create_stream();
+  auto t = device().create_stream();
+  Log log;
+  sg::Event fork;
+  s->begin_capture(pool());
+  fork.record(*s);
+  t->wait(fork);
+  t->launch(append, entry(log, 1), "orphan");
+  try {
+    (void)s->end_capture();
+    FAIL() << "expected an error";
+  } catch (const sg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("never joined back"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(s->is_capturing());
+  EXPECT_FALSE(t->is_capturing());
+  s->launch(append, entry(log, 7), "after");  // both streams work again
+  s->synchronize();
+  EXPECT_EQ(log.values, std::vector<std::int64_t>{7});
+}
+
+TEST_P(RuntimeCapture, synchronize_during_capture_depends_on_the_error_mode) {
+  auto s = device().create_stream();
+  auto other = device().create_stream();
+  s->begin_capture(pool(), sg::CaptureErrorMode::global);
+  try {
+    s->synchronize();
+    ADD_FAILURE() << "synchronize during a global capture must throw";
+  } catch (const sg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("synchronize"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(other->synchronize(), sg::Error);  // global: any stream, any thread
+  std::atomic<bool> threw{false};
+  std::thread([&] {
+    try {
+      other->synchronize();
+    } catch (const sg::Error&) {
+      threw = true;
+    }
+  }).join();
+  EXPECT_TRUE(threw.load());
+  (void)s->end_capture();
+
+  s->begin_capture(pool(), sg::CaptureErrorMode::thread_local_);
+  EXPECT_THROW(other->synchronize(), sg::Error);  // the capturing thread
+  threw = false;
+  std::thread([&] {
+    try {
+      other->synchronize();
+    } catch (const sg::Error&) {
+      threw = true;
+    }
+  }).join();
+  EXPECT_FALSE(threw.load()) << "thread_local only restricts the capturing thread";
+  (void)s->end_capture();
+
+  s->begin_capture(pool(), sg::CaptureErrorMode::relaxed);
+  EXPECT_NO_THROW(s->synchronize());
+  EXPECT_NO_THROW(other->synchronize());
+  (void)s->end_capture();
+}
+
+TEST_P(RuntimeCapture, allocations_for_a_capturing_stream_come_from_its_pool) {
+  auto s = device().create_stream();
+  auto p = pool();
+  s->begin_capture(p);
+  sg::DataPtr a = device().allocator().allocate(4096, *s);
+  EXPECT_EQ(a.pool(), p.get());
+  EXPECT_THROW((void)device().allocator().allocate(64, device().default_stream()), sg::Error)
+      << "allocating outside the pool during a global capture";
+  (void)s->end_capture();
+  sg::DataPtr b = device().allocator().allocate(4096, *s);
+  EXPECT_NE(b.pool(), p.get());
+  EXPECT_GE(p->stats().reserved_bytes, 4096);
+}
+
+TEST_P(RuntimeCapture, a_launch_on_a_stream_outside_the_capture_is_an_error) {
+  auto s = device().create_stream();
+  auto other = device().create_stream();
+  Log log;
+  s->begin_capture(pool());
+  try {
+    other->launch(append, entry(log, 1), "stray_kernel");
+    ADD_FAILURE() << "expected an error";
+  } catch (const sg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stray_kernel"), std::string::npos) << e.what();
+  }
+  (void)s->end_capture();
+}
+
+TEST_P(RuntimeCapture, kernel_errors_in_a_replay_are_sticky_on_the_launch_stream) {
+  auto s = device().create_stream();
+  s->begin_capture(pool());
+  s->launch(fail_kernel, sg::ArgBlock{}, "failing_node");
+  const sg::DeviceGraph graph = s->end_capture();
+  auto exec = graph.instantiate();
+  exec->launch(*s, {});
+  try {
+    s->synchronize();
+    FAIL() << "expected the replayed kernel's error";
+  } catch (const sg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replayed failure"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(s->synchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(runtime, RuntimeCapture, testing::ValuesIn(sg::available_device_types()),
+                         [](const auto& p) { return std::string(sg::device_type_name(p.param)); });
+
+}  // namespace
