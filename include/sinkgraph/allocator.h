@@ -88,6 +88,12 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   void release_cached();
   void reset_peak();
 
+  // Replay generations (Note [Stale outputs] in compiler.h): every graph replay
+  // into this pool bumps the generation and names itself as the last writer.
+  std::uint64_t bump_generation(const std::string& writer);
+  [[nodiscard]] std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::string last_writer() const;
+
  private:
   friend class Allocator;
   friend class DataPtr;
@@ -102,6 +108,8 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   std::uint64_t id_;
   mutable std::mutex mutex_;
   std::multimap<std::size_t, Block*> free_blocks_;  // by size
+  std::atomic<std::uint64_t> generation_{0};
+  std::string last_writer_;  // guarded by mutex_
   std::vector<std::unique_ptr<Block>> blocks_;      // every block of the pool
   AllocatorStats stats_;
 };

@@ -57,14 +57,38 @@ struct SG_API CompilerConfig {
   [[nodiscard]] std::string str() const;  // every option, one per line
 };
 
+// Counters as TorchAir names them (summed over a compiled function's graphs).
+struct GraphCounters {
+  std::int64_t captured = 0;
+  std::int64_t replayed = 0;
+  std::int64_t recapture_due_to_mutated_input_change = 0;
+  std::int64_t recapture_due_to_parameter_change = 0;
+  std::int64_t recapture_due_to_force_recapture = 0;
+  std::int64_t eager_fallback_due_to_capture_limit = 0;
+  std::int64_t pool_reserved_bytes = 0;
+  GraphCounters& operator+=(const GraphCounters& o);
+};
+
+// Note [Stale outputs]
+// A replay's outputs are views into the graph's pool, stamped with (pool,
+// generation). Each replay into the pool bumps its generation, so using an
+// output (as an operator input, a host read, a clone or a view) after a later
+// replay raises an error naming the graph and both replays. Passing output k
+// as an input of replay k+1 is legal: it is copied in before it is overwritten.
+
 // A compiled graph ready to run (TorchAir's concrete graphs).
 class SG_API ConcreteGraph {
  public:
   virtual ~ConcreteGraph() = default;
   virtual std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) = 0;
-  [[nodiscard]] virtual std::string kind() const = 0;  // "EagerGraph", ...
+  [[nodiscard]] virtual std::string kind() const = 0;  // "EagerGraph", "CapturedGraph"
   [[nodiscard]] virtual std::string explain() const = 0;
   [[nodiscard]] virtual const ir::Graph& graph() const = 0;
+  [[nodiscard]] virtual GraphCounters counters() const { return {}; }
+  // The captured device graphs as text (kernels, arguments, updatable slots, edges).
+  [[nodiscard]] virtual std::string device_graph_text() const { return ""; }
+  // Frees captured device graphs and their pool memory.
+  virtual void reset() {}
 };
 
 // Chooses passes by mode and builds the concrete graph.
@@ -108,7 +132,10 @@ class SG_API CompiledFunction {
   }
 
   // When and why each graph was traced and compiled, and what runs it.
-  [[nodiscard]] std::string explain() const;
+  [[nodiscard]] std::string explain(bool with_device_graphs = false) const;
+  [[nodiscard]] GraphCounters counters() const;
+  // Frees every captured graph and its pool memory (the traces stay).
+  void reset();
   [[nodiscard]] std::size_t num_graphs() const;
   [[nodiscard]] std::int64_t num_traces() const;
   // The graph compiled for the i-th guard set.

@@ -82,6 +82,8 @@ class SG_API Stream {
   // Ends the capture this stream began; throws if a forked stream never joined back.
   DeviceGraph end_capture();
   [[nodiscard]] bool is_capturing() const { return capturing_.load(std::memory_order_acquire); }
+  // Nodes recorded so far by the capture this stream takes part in.
+  [[nodiscard]] std::size_t capture_size() const;
 
   // Progress in queue entries: the allocator's cross-stream reuse rule uses it.
   [[nodiscard]] virtual std::uint64_t submitted() const = 0;

@@ -27,6 +27,8 @@ class SG_API Storage {
   [[nodiscard]] void* data() const { return data_.get(); }
   [[nodiscard]] std::size_t nbytes() const { return data_.size(); }
   DataPtr& data_ptr() { return data_; }
+  // Swaps in new memory (see Tensor::relocate_).
+  void replace(DataPtr data) { data_ = std::move(data); }
 
  private:
   Device& device_;
@@ -43,6 +45,13 @@ class SG_API TraceInfo {
   Device* device = nullptr;
   // Names the traced value for error messages ("%h = matmul(%x, %w)").
   [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+// Marks a tensor as an output of a graph replay (Note [Stale outputs] in
+// compiler.h): valid while its pool's generation is still `generation`.
+struct OutputStamp {
+  MemPool* pool = nullptr;  // kept alive by the tensor's storage
+  std::string origin;       // "output 0 of graph @decode"
 };
 
 class SG_API Tensor {
@@ -116,8 +125,33 @@ class SG_API Tensor {
 
   [[nodiscard]] std::string str() const;  // "f32[2,3] on cpu:0"
 
+  // Moves this tensor's storage to a fresh allocation, copying the data
+  // (stream-ordered); every tensor sharing the storage follows. Models a
+  // weight that is reloaded or defragmented: a captured graph that baked the
+  // old address must notice (recapture, or an error under frozen_parameter).
+  void relocate_();
+
+  // Replay outputs: stamped with their pool generation; every use checks it.
+  void set_stamp(std::shared_ptr<const OutputStamp> stamp, std::uint64_t generation) {
+    stamp_ = std::move(stamp);
+    stamp_generation_ = generation;
+  }
+  [[nodiscard]] bool is_stamped() const { return stamp_ != nullptr; }
+  // Throws sinkgraph::Error when a later replay overwrote this output; `use` says how it was used.
+  void check_not_stale(const char* use) const {
+    if (stamp_ != nullptr && stamp_->pool->generation() != stamp_generation_) [[unlikely]] {
+      throw_stale(use);
+    }
+  }
+  // A view of this tensor's storage keeps its stamp.
+  void copy_stamp_from(const Tensor& base) {
+    stamp_ = base.stamp_;
+    stamp_generation_ = base.stamp_generation_;
+  }
+
  private:
   [[noreturn]] void throw_symbolic_shape() const;
+  [[noreturn]] void throw_stale(const char* use) const;
   std::shared_ptr<Storage> storage_;
   DType dtype_ = DType::f32;
   Shape shape_;
@@ -125,6 +159,8 @@ class SG_API Tensor {
   std::int64_t offset_ = 0;
   std::shared_ptr<TraceInfo> trace_;
   bool symbolic_ = false;  // traced with a symbolic dim: shape_ is not valid
+  std::shared_ptr<const OutputStamp> stamp_;
+  std::uint64_t stamp_generation_ = 0;
 };
 
 }  // namespace sinkgraph

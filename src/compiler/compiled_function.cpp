@@ -59,7 +59,30 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
   return result;
 }
 
-std::string CompiledFunction::explain() const {
+GraphCounters& GraphCounters::operator+=(const GraphCounters& o) {
+  captured += o.captured;
+  replayed += o.replayed;
+  recapture_due_to_mutated_input_change += o.recapture_due_to_mutated_input_change;
+  recapture_due_to_parameter_change += o.recapture_due_to_parameter_change;
+  recapture_due_to_force_recapture += o.recapture_due_to_force_recapture;
+  eager_fallback_due_to_capture_limit += o.eager_fallback_due_to_capture_limit;
+  pool_reserved_bytes += o.pool_reserved_bytes;
+  return *this;
+}
+
+GraphCounters CompiledFunction::counters() const {
+  std::lock_guard lock(mutex_);
+  GraphCounters total;
+  for (const auto& e : entries_) total += e->compiled->counters();
+  return total;
+}
+
+void CompiledFunction::reset() {
+  std::lock_guard lock(mutex_);
+  for (const auto& e : entries_) e->compiled->reset();
+}
+
+std::string CompiledFunction::explain(bool with_device_graphs) const {
   std::lock_guard lock(mutex_);
   const CompilerConfig& config = backend_->config();
   std::string out = std::string("compiled function: mode ") + mode_name(config.mode) +
@@ -78,6 +101,7 @@ std::string CompiledFunction::explain() const {
            std::to_string(e.traced.params.size()) + " params), nodes: " +
            std::to_string(e.compiled->graph().nodes().size()) + ", calls: " + std::to_string(e.calls) + "\n";
     out += "  " + e.compiled->explain();
+    if (with_device_graphs) out += e.compiled->device_graph_text();
   }
   if (eager_calls_ > 0) {
     out += "eager calls past the recompile limit: " + std::to_string(eager_calls_) + "\n";

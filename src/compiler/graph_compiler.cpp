@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "captured_graph.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 
@@ -12,12 +13,9 @@ namespace sinkgraph {
 namespace {
 
 // Note [Modes that cannot yet do what they promise]
-// Until capture and replay land, reduce-overhead and max-autotune run their
-// graph eagerly. They say so on stderr and in the explain report at every
-// compile: never a silent fallback.
-constexpr const char* kNoCapture =
-    "capture and replay are not implemented yet: the graph runs eagerly (EagerGraph) "
-    "instead of being captured into a device graph";
+// max-autotune's fusion passes are not written yet: it runs reduce-overhead's
+// pipeline and says so on stderr and in the explain report at every compile,
+// never silently.
 
 class EagerGraph final : public ConcreteGraph {
  public:
@@ -83,11 +81,10 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
   std::vector<std::string> notes;
   const bool eager = config_.force_eager || config_.mode == Mode::eager;
   if (!eager) {
-    notes.push_back(std::string("mode '") + mode_name(config_.mode) + "': " + kNoCapture);
     if (config_.mode == Mode::max_autotune) {
       notes.emplace_back(
           "mode 'max-autotune': pattern fusion, cat removal and memory planning are not "
-          "implemented yet; it runs the reduce-overhead pipeline");
+          "implemented yet; it runs the reduce-overhead pipeline (capture and replay)");
     }
     if (config_.inplace_pass || config_.input_inplace_pass) {
       notes.emplace_back("inplace_pass / input_inplace_pass are not implemented yet and were skipped");
@@ -126,7 +123,8 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
     traced.bindings.push_back({InputBinding::Source::param, static_cast<int>(traced.params.size())});
     traced.params.push_back(it->second);
   }
-  return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
+  if (eager) return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
+  return detail::make_captured_graph(traced.graph->clone(), config_, std::move(notes));
 }
 
 std::shared_ptr<Backend> get_backend(const CompilerConfig& config,

@@ -114,6 +114,7 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = *tensors[i];
     SG_CHECK(t.defined(), name, ": argument '", tensor_arg_name(op.schema, i), "' is an undefined tensor");
+    t.check_not_stale(name);
     if (r.device == nullptr) {
       r.device = &t.device();
     } else {
@@ -137,13 +138,13 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
     return t_interceptor->intercept(op, tensors, scalars);
   }
   g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
-  if (op.composite != nullptr) return op.composite(tensors, scalars);
-  // Names the operator in capture-time errors raised below us (allocation).
+  // Names the operator in capture-time errors raised below us (allocation, host reads).
   struct OpName {
     const char* previous = current_op_name();
     explicit OpName(const char* n) { set_current_op_name(n); }
     ~OpName() { set_current_op_name(previous); }
   } op_name(op.schema.name.c_str());
+  if (op.composite != nullptr) return op.composite(tensors, scalars);
   const char* name = op.schema.name.c_str();
   Inferred inferred;
   infer(op, tensors, scalars, inferred);
@@ -154,7 +155,9 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   if (op.schema.is_view) {
     const Tensor& base = *tensors[0];
     const ViewResult v = op.view_fn(base.shape(), base.strides(), base.offset(), shape_args);
-    return Tensor(base.storage(), out.dtype, v.shape, v.strides, v.offset);
+    Tensor view(base.storage(), out.dtype, v.shape, v.strides, v.offset);
+    view.copy_stamp_from(base);
+    return view;
   }
 
   const bool fresh = op.schema.alias_of < 0;

@@ -4,6 +4,7 @@
 
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/op_registry.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
 
@@ -65,6 +66,15 @@ namespace {
   std::abort();
 }
 }  // namespace
+
+void Tensor::throw_stale(const char* use) const {
+  const std::uint64_t now = stamp_->pool->generation();
+  SG_CHECK(false, use, ": the tensor is ", stamp_->origin, " from replay ", stamp_generation_,
+           " of pool '", stamp_->pool->name(), "', and replay ", now, " (", stamp_->pool->last_writer(),
+           ") has overwritten its memory since. Replay outputs live in the graph's pool until the "
+           "next replay: set clone_output=true, or copy the output before replaying again");
+  std::abort();
+}
 
 void Tensor::throw_symbolic_shape() const {
   SG_CHECK(false, "shape(): the tensor ", trace_->describe(), " has symbolic shape ",
@@ -180,6 +190,7 @@ namespace {
 std::vector<unsigned char> host_bytes(const Tensor& t) {
   SG_CHECK(t.defined(), "reading an undefined tensor");
   if (t.is_traced()) throw_traced(t, "host read");
+  t.check_not_stale("host read");
   if (any_capture_active()) check_capture_safe(("host read of a " + t.str()).c_str());
   const Tensor c = t.contiguous();
   current_stream(c.device()).synchronize();
@@ -261,6 +272,30 @@ Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const { return ops
 Tensor Tensor::view(const SymShape& shape) const { return ops::view(*this, shape); }
 Tensor Tensor::reshape(const SymShape& shape) const { return ops::reshape(*this, shape); }
 Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
+
+void Tensor::relocate_() {
+  SG_CHECK(defined() && !is_traced(), "relocate_: needs a concrete tensor");
+  Stream& stream = current_stream(device());
+  DataPtr fresh = device().allocator().allocate(storage_->nbytes(), stream);
+  ArgBlock block;
+  block.num_scalars = 0;
+  block.num_tensors = 2;
+  const auto whole = [&](void* data) {
+    TensorArg a = arg();
+    a.data = data;
+    a.ndim = 1;
+    a.sizes[0] = static_cast<std::int64_t>(storage_->nbytes());
+    a.strides[0] = 1;
+    a.offset = 0;
+    a.dtype = DType::boolean;  // bytes
+    return a;
+  };
+  block.tensors[0] = whole(fresh.get());
+  block.tensors[1] = whole(storage_->data());
+  static const KernelFn copy = OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
+  stream.launch(copy, block, "relocate_");
+  storage_->replace(std::move(fresh));  // the old memory is freed stream-ordered
+}
 
 std::string Tensor::str() const {
   if (!defined()) return "undefined tensor";

@@ -100,6 +100,17 @@ AllocatorStats MemPool::stats() const {
   return stats_;
 }
 
+std::uint64_t MemPool::bump_generation(const std::string& writer) {
+  std::lock_guard lock(mutex_);
+  if (last_writer_ != writer) last_writer_ = writer;
+  return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+std::string MemPool::last_writer() const {
+  std::lock_guard lock(mutex_);
+  return last_writer_;
+}
+
 void MemPool::reset_peak() {
   std::lock_guard lock(mutex_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;

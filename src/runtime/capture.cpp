@@ -128,6 +128,11 @@ DeviceGraph Stream::end_capture() {
   return std::move(state->graph);
 }
 
+std::size_t Stream::capture_size() const {
+  std::lock_guard lock(g_mutex);
+  return capture_ == nullptr ? 0 : capture_->graph.nodes.size();
+}
+
 bool Stream::capture_launch(KernelFn fn, const ArgBlock& args, const char* kernel_name) {
   std::lock_guard lock(g_mutex);
   if (capture_ == nullptr) return false;

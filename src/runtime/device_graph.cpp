@@ -180,6 +180,8 @@ void GraphExec::run_stream(int stream, std::uint64_t generation, KernelContext& 
 void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   auto* r = reinterpret_cast<Replay*>(static_cast<std::uintptr_t>(args.scalars[0].i));
   GraphExec& e = *r->exec;
+  // Replays never overlap, even when launched on different streams.
+  wait_for(e.finished_, r->generation - 1);
   for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
   std::size_t k = 0;
   for (Node& n : e.nodes_) {

@@ -1,0 +1,336 @@
+// reduce-overhead: capture once per graph key, replay with one launch.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "../trace/models.h"
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/op_registry.h"
+#include "sinkgraph/stream.h"
+
+namespace {
+
+namespace sg = sinkgraph;
+
+sg::CompilerConfig reduce_overhead() {
+  sg::CompilerConfig c;
+  c.set("mode", "reduce-overhead");
+  c.inplace_pass = false;  // not implemented yet: keep stderr quiet in these tests
+  c.input_inplace_pass = false;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const sg::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::shared_ptr<sg::CompiledFunction> compile_mlp(const sgtest::Mlp& mlp, sg::CompilerConfig c = reduce_overhead(),
+                                                  bool dynamic = false) {
+  sg::TraceOptions options;
+  options.graph_name = "mlp";
+  if (dynamic) options.dynamic_dims[0] = {0};
+  return sg::compile(std::cref(mlp), sg::get_backend(c), options);
+}
+
+TEST(compiler_capture, mlp_replay_equals_eager_bitwise_and_follows_its_input) {
+  const sgtest::Mlp mlp;
+  auto fn = compile_mlp(mlp);
+  std::vector<float> previous;
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    const sg::Tensor x = sgtest::random_tensor({4, 64}, 100 + i);
+    const std::vector<float> got = (*fn)({x})[0].to_floats();
+    EXPECT_EQ(got, mlp(std::vector<sg::Arg>{x})[0].to_floats()) << "call " << i;
+    EXPECT_NE(got, previous) << "a new input must change the output";
+    previous = got;
+  }
+  const sg::GraphCounters c = fn->counters();
+  EXPECT_EQ(c.captured, 1);
+  EXPECT_EQ(c.replayed, 5);
+  EXPECT_NE(fn->explain().find("capture: first call"), std::string::npos) << fn->explain();
+}
+
+TEST(compiler_capture, replay_does_no_host_work_beyond_one_queue_entry) {
+  const sgtest::Mlp mlp;
+  auto fn = compile_mlp(mlp);
+  const sg::Tensor x = sgtest::random_tensor({4, 64}, 1);
+  const std::vector<float> want = (*fn)({x})[0].to_floats();  // captures
+  sg::Stream& stream = sg::current_stream();
+  stream.synchronize();
+  stream.reset_counters();
+  const sg::DispatchCounters before = sg::dispatch_counters();
+  const sg::AllocatorStats alloc_before = sg::cpu().allocator().stats();
+  std::vector<sg::Tensor> out;
+  for (int i = 0; i < 100; ++i) out = (*fn)({x});
+  const sg::DispatchCounters after = sg::dispatch_counters();
+  const sg::AllocatorStats alloc_after = sg::cpu().allocator().stats();
+  EXPECT_EQ(after.dispatches, before.dispatches);
+  EXPECT_EQ(after.shape_fns, before.shape_fns);
+  EXPECT_EQ(after.launches, before.launches);
+  EXPECT_EQ(alloc_after.num_allocs, alloc_before.num_allocs);
+  EXPECT_EQ(alloc_after.num_frees, alloc_before.num_frees);
+  EXPECT_EQ(stream.counters().launches, 100U) << "exactly one queue entry per replay";
+  EXPECT_EQ(out[0].to_floats(), want);
+}
+
+TEST(compiler_capture, decode_graph_with_an_updatable_position_captures_once) {
+  const sgtest::AttentionBlock block;
+  sg::TraceOptions options;
+  options.graph_name = "decode";
+  options.arg_names = {"x", "pos", "kc", "vc"};
+  auto fn = sg::compile(std::cref(block), sg::get_backend(reduce_overhead()), options);
+  const sg::Tensor kc = sg::ops::zeros({16, 4, 8}), vc = sg::ops::zeros({16, 4, 8});
+  const sg::Tensor kc_e = sg::ops::zeros({16, 4, 8}), vc_e = sg::ops::zeros({16, 4, 8});
+  for (std::int64_t step = 0; step < 100; ++step) {
+    const std::int64_t pos = step % 16;
+    if (pos == 0 && step > 0) {  // start the cache over, in both worlds
+      sg::ops::fill_(kc, 0), sg::ops::fill_(vc, 0), sg::ops::fill_(kc_e, 0), sg::ops::fill_(vc_e, 0);
+    }
+    const sg::Tensor x = sgtest::random_tensor({1, 32}, 1000 + static_cast<std::uint32_t>(step));
+    const auto got = (*fn)({x, sg::SymInt(pos), kc, vc})[0].to_floats();
+    const auto want = block(std::vector<sg::Arg>{x, sg::SymInt(pos), kc_e, vc_e})[0].to_floats();
+    ASSERT_EQ(got, want) << "step " << step;
+  }
+  EXPECT_EQ(fn->counters().captured, 1);
+  EXPECT_EQ(fn->counters().replayed, 100);
+  EXPECT_NE(fn->explain(true).find("updatable pos"), std::string::npos) << fn->explain(true);
+}
+
+TEST(compiler_capture, fifty_replays_queued_with_one_synchronize_are_all_right) {
+  const sgtest::AttentionBlock block;
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = sg::compile(std::cref(block), sg::get_backend(c));
+  const sg::Tensor kc = sg::ops::zeros({16, 4, 8}), vc = sg::ops::zeros({16, 4, 8});
+  std::vector<sg::Tensor> inputs, outputs;
+  for (std::int64_t pos = 0; pos < 16; ++pos) {  // fill the cache: no host reads in between
+    inputs.push_back(sgtest::random_tensor({1, 32}, 50 + static_cast<std::uint32_t>(pos)));
+    outputs.push_back((*fn)({inputs.back(), sg::SymInt(pos), kc, vc})[0]);
+  }
+  for (int i = 16; i < 50; ++i) {  // then 34 more steps at varying positions
+    const std::int64_t pos = 15 - (i % 16);
+    inputs.push_back(sgtest::random_tensor({1, 32}, 50 + static_cast<std::uint32_t>(i)));
+    outputs.push_back((*fn)({inputs.back(), sg::SymInt(pos), kc, vc})[0]);
+  }
+  sg::current_stream().synchronize();
+  const sg::Tensor kc_e = sg::ops::zeros({16, 4, 8}), vc_e = sg::ops::zeros({16, 4, 8});
+  for (int i = 0; i < 50; ++i) {
+    const std::int64_t pos = i < 16 ? i : 15 - (i % 16);
+    const auto want = block(std::vector<sg::Arg>{inputs[static_cast<std::size_t>(i)], sg::SymInt(pos), kc_e, vc_e});
+    ASSERT_EQ(outputs[static_cast<std::size_t>(i)].to_floats(), want[0].to_floats()) << "replay " << i;
+  }
+}
+
+TEST(compiler_capture, a_moved_mutated_input_recaptures) {
+  const sgtest::AttentionBlock block;
+  auto fn = sg::compile(std::cref(block), sg::get_backend(reduce_overhead()));
+  const sg::Tensor x = sgtest::random_tensor({1, 32}, 1);
+  const sg::Tensor kc1 = sg::ops::zeros({16, 4, 8}), vc = sg::ops::zeros({16, 4, 8});
+  (void)(*fn)({x, sg::SymInt(0), kc1, vc});
+  const sg::Tensor kc2 = sg::ops::zeros({16, 4, 8});
+  const sg::Tensor kc_e = sg::ops::zeros({16, 4, 8}), vc_e = sg::ops::zeros({16, 4, 8});
+  const auto got = (*fn)({x, sg::SymInt(0), kc2, vc})[0].to_floats();
+  EXPECT_EQ(got, block(std::vector<sg::Arg>{x, sg::SymInt(0), kc_e, vc_e})[0].to_floats());
+  EXPECT_EQ(kc2.to_floats(), kc_e.to_floats()) << "the new cache was written";
+  const sg::GraphCounters c = fn->counters();
+  EXPECT_EQ(c.captured, 2);
+  EXPECT_EQ(c.recapture_due_to_mutated_input_change, 1);
+  EXPECT_NE(fn->explain().find("mutated input %a2 moved"), std::string::npos) << fn->explain();
+}
+
+TEST(compiler_capture, a_moved_param_is_a_new_key_or_an_error_when_frozen) {
+  sgtest::Mlp mlp;
+  auto fn = compile_mlp(mlp);
+  const sg::Tensor x = sgtest::random_tensor({2, 64}, 1);
+  (void)(*fn)({x});
+  mlp.w1.relocate_();
+  EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats());
+  EXPECT_EQ(fn->counters().recapture_due_to_parameter_change, 1);
+  EXPECT_EQ(fn->counters().captured, 2);
+
+  sg::CompilerConfig frozen = reduce_overhead();
+  frozen.frozen_parameter = true;
+  auto ffn = compile_mlp(mlp, frozen);
+  (void)(*ffn)({x});
+  mlp.w2.relocate_();
+  const std::string err = error_of([&] { (void)(*ffn)({x}); });
+  EXPECT_NE(err.find("frozen_parameter"), std::string::npos) << err;
+  EXPECT_NE(err.find("moved"), std::string::npos) << err;
+}
+
+TEST(compiler_capture, capture_limit_then_eager_with_one_warning_and_the_counter) {
+  const sgtest::Mlp mlp;
+  sg::CompilerConfig c = reduce_overhead();
+  c.capture_limit = 2;
+  auto fn = compile_mlp(mlp, c, /*dynamic=*/true);
+  testing::internal::CaptureStderr();
+  for (const std::int64_t rows : {1, 2, 1, 2, 3, 4, 3}) {
+    const sg::Tensor x = sgtest::random_tensor({rows, 64}, static_cast<std::uint32_t>(rows));
+    EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats()) << rows;
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  const sg::GraphCounters counters = fn->counters();
+  EXPECT_EQ(counters.captured, 2);
+  EXPECT_EQ(counters.replayed, 4);
+  EXPECT_EQ(counters.eager_fallback_due_to_capture_limit, 3);
+  EXPECT_NE(err.find("capture_limit (2) reached"), std::string::npos) << err;
+  EXPECT_EQ(err.find("capture_limit", err.find("capture_limit") + 1), std::string::npos) << "warn once";
+}
+
+TEST(compiler_capture, recapturing_an_existing_key_does_not_count_and_force_recapture_captures_every_call) {
+  const sgtest::AttentionBlock block;
+  sg::CompilerConfig c = reduce_overhead();
+  c.capture_limit = 1;
+  auto fn = sg::compile(std::cref(block), sg::get_backend(c));
+  const sg::Tensor x = sgtest::random_tensor({1, 32}, 1);
+  for (int i = 0; i < 3; ++i) {  // a new cache each call: re-captures of the one key
+    (void)(*fn)({x, sg::SymInt(0), sg::ops::zeros({16, 4, 8}), sg::ops::zeros({16, 4, 8})});
+  }
+  EXPECT_EQ(fn->counters().captured, 3);
+  EXPECT_EQ(fn->counters().eager_fallback_due_to_capture_limit, 0);
+
+  sg::CompilerConfig f = reduce_overhead();
+  f.force_recapture = true;
+  const sgtest::Mlp mlp;
+  auto ffn = compile_mlp(mlp, f);
+  for (int i = 0; i < 4; ++i) (void)(*ffn)({sgtest::random_tensor({2, 64}, 1)});
+  EXPECT_EQ(ffn->counters().captured, 4);
+  EXPECT_EQ(ffn->counters().recapture_due_to_force_recapture, 3);
+}
+
+TEST(compiler_capture, stale_outputs_raise_and_clone_output_survives) {
+  const sgtest::Mlp mlp;
+  auto fn = compile_mlp(mlp, reduce_overhead(), /*dynamic=*/true);
+  const sg::Tensor x = sgtest::random_tensor({2, 64}, 1);
+  const sg::Tensor first = (*fn)({x})[0];
+  const sg::Tensor second = (*fn)({x})[0];  // same key: overwrites first
+  const std::string err = error_of([&] { (void)first.to_floats(); });
+  EXPECT_NE(err.find("graph @mlp"), std::string::npos) << err;
+  EXPECT_NE(err.find("clone_output"), std::string::npos) << err;
+  EXPECT_THROW((void)sg::ops::relu(first), sg::Error);
+  EXPECT_THROW((void)sg::ops::view(first, {128}), sg::Error);
+  EXPECT_NO_THROW((void)second.to_floats());
+
+  (void)(*fn)({sgtest::random_tensor({3, 64}, 2)});  // another key, same pool
+  EXPECT_THROW((void)second.to_floats(), sg::Error);
+
+  // Output k fed into replay k+1 is legal: it is copied in first.
+  const sgtest::Mlp square;  // 64 -> 64, so outputs can be inputs
+  auto chain = compile_mlp(square);
+  sg::Tensor y = (*chain)({x})[0];
+  sg::Tensor want = square(std::vector<sg::Arg>{x})[0];
+  for (int i = 0; i < 3; ++i) {
+    y = (*chain)({y})[0];
+    want = square(std::vector<sg::Arg>{want})[0];
+  }
+  EXPECT_EQ(y.to_floats(), want.to_floats());
+
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto cloned = compile_mlp(mlp, c);
+  const sg::Tensor a = (*cloned)({x})[0];
+  const sg::Tensor b = (*cloned)({sgtest::random_tensor({2, 64}, 9)})[0];
+  EXPECT_EQ(a.to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats());
+  EXPECT_NE(a.to_floats(), b.to_floats());
+}
+
+// A test-only operator whose composite reads its input on the host: what a
+// captured function must not do.
+sg::Tensor host_peek(std::span<const sg::Tensor* const> t, std::span<const sg::ScalarValue>) {
+  (void)t[0]->to_floats();
+  return sg::ops::relu(*t[0]);
+}
+sg::TensorMeta peek_shape(const sg::ShapeArgs& args) { return args.tensors[0]; }
+
+const sg::OpDef& peek_op() {
+  static const sg::OpDef& def = []() -> const sg::OpDef& {
+    sg::OpDef d;
+    d.schema.name = "test_host_peek";
+    d.schema.args = {{"x"}};
+    d.shape_fn = peek_shape;
+    d.composite = host_peek;
+    sg::OpRegistry::instance().add(d);
+    return sg::OpRegistry::instance().get("test_host_peek");
+  }();
+  return def;
+}
+
+TEST(compiler_capture, host_reads_during_capture_fail_under_global_and_pass_under_relaxed) {
+  const auto body = [](std::span<const sg::Arg> args) -> std::vector<sg::Tensor> {
+    const sg::Tensor* t[] = {&std::get<sg::Tensor>(args[0])};
+    return {sg::run_op(peek_op(), t, {})};
+  };
+  const sg::Tensor x = sg::Tensor::from_floats({-1, 2}, {2});
+  auto strict = sg::compile(body, sg::get_backend(reduce_overhead()));
+  const std::string err = error_of([&] { (void)(*strict)({x}); });
+  EXPECT_NE(err.find("test_host_peek"), std::string::npos) << err;
+  EXPECT_NE(err.find("capture_error_mode=global"), std::string::npos) << err;
+  EXPECT_FALSE(sg::current_stream().is_capturing()) << "a failed capture ends the capture";
+
+  sg::CompilerConfig relaxed = reduce_overhead();
+  relaxed.capture_error_mode = sg::CaptureErrorMode::relaxed;
+  auto lenient = sg::compile(body, sg::get_backend(relaxed));
+  EXPECT_EQ((*lenient)({x})[0].to_floats(), (std::vector<float>{0, 2}));
+}
+
+TEST(compiler_capture, two_keys_of_one_graph_share_pool_memory) {
+  const sgtest::Mlp mlp;
+  const auto reserved = [&](bool share) {
+    sg::CompilerConfig c = reduce_overhead();
+    c.reuse_graph_pool_in_same_fx = share;
+    auto fn = compile_mlp(mlp, c, /*dynamic=*/true);
+    (void)(*fn)({sgtest::random_tensor({8, 64}, 1)});
+    (void)(*fn)({sgtest::random_tensor({6, 64}, 2)});
+    EXPECT_EQ(fn->counters().captured, 2);
+    return fn->counters().pool_reserved_bytes;
+  };
+  const std::int64_t shared = reserved(true);
+  const std::int64_t separate = reserved(false);
+  EXPECT_LT(shared, separate) << "shared " << shared << " B, separate " << separate << " B";
+}
+
+TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results) {
+  const sgtest::Mlp mlp;
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = compile_mlp(mlp, c);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const sg::Tensor x = sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(t * 100 + i));
+        if ((*fn)({x})[0].to_floats() != mlp(std::vector<sg::Arg>{x})[0].to_floats()) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(fn->counters().captured, 1);
+  EXPECT_EQ(fn->counters().replayed, 40);
+}
+
+TEST(compiler_capture, warmup_iters_and_reset) {
+  const sgtest::Mlp mlp;
+  sg::CompilerConfig c = reduce_overhead();
+  c.warmup_iters = 2;
+  auto fn = compile_mlp(mlp, c);
+  const sg::Tensor x = sgtest::random_tensor({2, 64}, 1);
+  const auto before = sg::dispatch_counters().dispatches;
+  EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats());
+  // Three interpretations of 3 nodes: two warm-ups and the capture.
+  EXPECT_GE(sg::dispatch_counters().dispatches - before, 9U);
+  EXPECT_GT(fn->counters().pool_reserved_bytes, 0);
+  fn->reset();
+  EXPECT_EQ(fn->counters().pool_reserved_bytes, 0);
+  EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats());
+  EXPECT_EQ(fn->counters().captured, 2);
+}
+
+}  // namespace
