@@ -1,0 +1,131 @@
+// Helpers shared by the built-in passes: aliasing, node replacement, attribute keys.
+#include <bit>
+#include <cstdio>
+#include <sstream>
+
+#include "passes_internal.h"
+
+namespace sinkgraph::passes::detail {
+
+std::vector<std::size_t> mutated_operands(const ir::Node& node) {
+  const auto& args = node.op->schema.args;
+  std::size_t num_tensor_args = 0;
+  for (const ArgSpec& a : args) {
+    if (a.kind == ArgKind::tensor) ++num_tensor_args;
+  }
+  // Whatever operands the plain tensor args leave belong to the (one) list.
+  const std::size_t list_len =
+      node.operands.size() > num_tensor_args ? node.operands.size() - num_tensor_args : 0;
+  std::vector<std::size_t> out;
+  std::size_t index = 0;
+  for (const ArgSpec& a : args) {
+    std::size_t count = 0;
+    if (a.kind == ArgKind::tensor) count = 1;
+    if (a.kind == ArgKind::tensor_list) count = list_len;
+    for (std::size_t i = 0; i < count && index < node.operands.size(); ++i, ++index) {
+      if (a.mutated) out.push_back(index);
+    }
+  }
+  return out;
+}
+
+const ir::Value* alias_root(const ir::Value* value) {
+  while (value->producer != nullptr) {
+    const int alias = value->producer->op->schema.alias_of;
+    if (alias < 0 || static_cast<std::size_t>(alias) >= value->producer->operands.size()) break;
+    value = value->producer->operands[static_cast<std::size_t>(alias)];
+  }
+  return value;
+}
+
+std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph) {
+  std::unordered_set<const ir::Value*> out;
+  for (const auto& node : graph.nodes()) {
+    for (const std::size_t i : mutated_operands(*node)) out.insert(alias_root(node->operands[i]));
+  }
+  return out;
+}
+
+ir::Node* next_node(const ir::Graph& graph, const ir::Node* node) {
+  const auto& nodes = graph.nodes();
+  for (auto it = nodes.begin(); it != nodes.end(); ++it) {
+    if (it->get() != node) continue;
+    ++it;
+    return it == nodes.end() ? nullptr : it->get();
+  }
+  SG_ASSERT(false, "next_node: node is not in the graph");
+  return nullptr;
+}
+
+ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,
+                       std::vector<ir::Value*> operands, std::vector<ir::NamedAttr> attrs) {
+  SG_ASSERT(old->results.size() == 1, "replace_node: only single-result nodes");
+  ir::Value* result = old->result();
+  const std::string name = result->name;
+  ir::Node* before = next_node(graph, old);
+  // Detach the uses (so the old node can go and free its name), then point
+  // them at the new result.
+  std::vector<std::pair<ir::Node*, std::size_t>> operand_uses;
+  std::vector<std::size_t> output_uses;
+  for (const auto& node : graph.nodes()) {
+    for (std::size_t i = 0; i < node->operands.size(); ++i) {
+      if (node->operands[i] == result) {
+        operand_uses.emplace_back(node.get(), i);
+        node->operands[i] = nullptr;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < graph.outputs.size(); ++i) {
+    if (graph.outputs[i] == result) {
+      output_uses.push_back(i);
+      graph.outputs[i] = nullptr;
+    }
+  }
+  graph.erase(old);
+  ir::Node* fresh = graph.add_node(op, std::move(operands), std::move(attrs), name, before);
+  for (const auto& [node, i] : operand_uses) node->operands[i] = fresh->result();
+  for (const std::size_t i : output_uses) graph.outputs[i] = fresh->result();
+  return fresh;
+}
+
+std::string attr_key(const ir::Attr& attr) {
+  std::ostringstream out;
+  out << attr.index() << ':';
+  if (const auto* s = std::get_if<SymInt>(&attr)) {
+    out << s->str();
+  } else if (const auto* d = std::get_if<double>(&attr)) {
+    out << std::hex << std::bit_cast<std::uint64_t>(*d);
+  } else if (const auto* b = std::get_if<bool>(&attr)) {
+    out << (*b ? 1 : 0);
+  } else if (const auto* list = std::get_if<std::vector<SymInt>>(&attr)) {
+    out << '[';
+    for (const auto& e : *list) out << e.str() << ',';
+    out << ']';
+  } else {
+    out << dtype_name(std::get<DType>(attr));
+  }
+  return out.str();
+}
+
+std::string attr_str(const ir::Attr& attr) {
+  if (const auto* s = std::get_if<SymInt>(&attr)) return s->str();
+  if (const auto* d = std::get_if<double>(&attr)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", *d);
+    return buf;
+  }
+  if (const auto* b = std::get_if<bool>(&attr)) return *b ? "true" : "false";
+  if (const auto* list = std::get_if<std::vector<SymInt>>(&attr)) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < list->size(); ++i) out += (i ? "," : "") + (*list)[i].str();
+    return out + "]";
+  }
+  return std::string(dtype_name(std::get<DType>(attr)));
+}
+
+std::string type_str(const ir::Value& value) {
+  if (value.is_sym) return "sym";
+  return std::string(dtype_name(value.meta.dtype)) + shape_str(value.meta.shape);
+}
+
+}  // namespace sinkgraph::passes::detail

@@ -1,0 +1,51 @@
+#pragma once
+// Shared helpers of the built-in passes (internal). Each pass lives in its own
+// file and is declared here so that pass_manager.cpp can list it.
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "sinkgraph/ir.h"
+#include "sinkgraph/passes.h"
+
+namespace sinkgraph::passes {
+
+// The built-in passes (one file each).
+void dce(ir::Graph& graph, PassContext& ctx);
+void cse(ir::Graph& graph, PassContext& ctx);
+void constant_folding(ir::Graph& graph, PassContext& ctx);
+void remove_noop_ops(ir::Graph& graph, PassContext& ctx);
+
+namespace detail {
+
+// Indices into node.operands of the tensors the node writes in place (the
+// schema's ArgSpecs with mutated=true; a tensor_list contributes each element).
+std::vector<std::size_t> mutated_operands(const ir::Node& node);
+inline bool mutates(const ir::Node& node) { return !mutated_operands(node).empty(); }
+
+// The value whose storage `value` shares: follows views and the results of
+// in-place operators (schema alias_of) back to a fresh node result or an input.
+const ir::Value* alias_root(const ir::Value* value);
+
+// Roots (alias_root) of every tensor written in place anywhere in the graph.
+std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph);
+
+// The node after `node` in program order, or null when it is the last.
+ir::Node* next_node(const ir::Graph& graph, const ir::Node* node);
+
+// Replaces `old` by a new node of `op` that keeps the old result's name and
+// position; every use of the old result now reads the new one. Returns it.
+ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,
+                       std::vector<ir::Value*> operands, std::vector<ir::NamedAttr> attrs);
+
+// Canonical text of an attribute: SymInts canonical, doubles by their bits
+// (so equal text means equal attribute), lists elementwise.
+std::string attr_key(const ir::Attr& attr);
+// Human-readable attribute (for DOT labels).
+std::string attr_str(const ir::Attr& attr);
+
+// Type text "f32[s0,64]" ("sym" for a sym value).
+std::string type_str(const ir::Value& value);
+
+}  // namespace detail
+}  // namespace sinkgraph::passes

@@ -1,0 +1,138 @@
+// Removes operators that return their input unchanged:
+//   view to the same shape; transpose of a dimension with itself; permute by
+//   the identity; slice of a whole dimension with step 1 (views);
+//   add of a `full` 0 and mul of a `full` 1 whose shape broadcasts to the
+//   other operand's without changing it; add_scalar 0 and mul_scalar 1;
+//   contiguous of a value known contiguous (copies): a fresh node result.
+//   Graph inputs are not assumed contiguous: the tracer records
+//   contiguous(%p) exactly when a lifted param (or a caller's tensor) is a
+//   strided view.
+// Uses of the node move to its input, then the node is erased.
+//
+// Adding 0 maps -0.0 to +0.0: the removal keeps every value equal (==), not
+// every bit of a negative zero.
+//
+// A copy's result is a tensor of its own; its input is not. So a copy is kept
+// when its result or its input shares storage with a tensor written in place
+// (a write through one would now show through the other), and when its result
+// is a graph output while its input is (a view of) a graph input (the output
+// would newly alias the caller's tensor). A view is kept when the removal
+// would make a graph output the very Value of a graph input.
+#include "passes_internal.h"
+
+namespace sinkgraph::passes {
+namespace {
+
+const SymInt* sym_attr(const ir::Node& node, const char* name) {
+  const ir::Attr* a = node.attr(name);
+  return a == nullptr ? nullptr : std::get_if<SymInt>(a);
+}
+
+const double* real_attr(const ir::Node& node, const char* name) {
+  const ir::Attr* a = node.attr(name);
+  return a == nullptr ? nullptr : std::get_if<double>(a);
+}
+
+bool is_full_of(const ir::Value* v, double value) {
+  if (v->producer == nullptr || v->producer->op_name() != "full") return false;
+  const double* d = real_attr(*v->producer, "value");
+  return d != nullptr && *d == value;
+}
+
+// The input a view node hands back unchanged, or null.
+ir::Value* noop_view_input(const ir::Node& node) {
+  const std::string& op = node.op_name();
+  ir::Value* x = node.operands.at(0);
+  const SymShape& shape = x->meta.shape;
+  if (op == "view" || op == "reshape") {
+    return node.result()->meta.shape == shape ? x : nullptr;
+  }
+  if (op == "transpose") {
+    const SymInt* d0 = sym_attr(node, "dim0");
+    const SymInt* d1 = sym_attr(node, "dim1");
+    if (shape.empty()) return x;
+    if (d0 == nullptr || d1 == nullptr || !d0->maybe_value() || !d1->maybe_value()) return nullptr;
+    const int a = wrap_dim(*d0->maybe_value(), shape.size(), "transpose");
+    const int b = wrap_dim(*d1->maybe_value(), shape.size(), "transpose");
+    return a == b ? x : nullptr;
+  }
+  if (op == "permute") {
+    const auto* dims = std::get_if<std::vector<SymInt>>(node.attr("dims"));
+    if (dims == nullptr || static_cast<int>(dims->size()) != shape.size()) return nullptr;
+    for (std::size_t i = 0; i < dims->size(); ++i) {
+      const auto d = (*dims)[i].maybe_value();
+      if (!d || wrap_dim(*d, shape.size(), "permute") != static_cast<int>(i)) return nullptr;
+    }
+    return x;
+  }
+  if (op == "slice") {
+    const SymInt* dim = sym_attr(node, "dim");
+    const SymInt* start = sym_attr(node, "start");
+    const SymInt* end = sym_attr(node, "end");
+    const SymInt* step = sym_attr(node, "step");
+    if (dim == nullptr || start == nullptr || end == nullptr || step == nullptr) return nullptr;
+    if (shape.empty() || !dim->maybe_value()) return nullptr;
+    const int d = wrap_dim(*dim->maybe_value(), shape.size(), "slice");
+    return *start == SymInt(0) && *end == shape[d] && *step == SymInt(1) ? x : nullptr;
+  }
+  return nullptr;
+}
+
+// The input a copying node hands back unchanged (as values), or null.
+ir::Value* noop_copy_input(const ir::Node& node) {
+  const std::string& op = node.op_name();
+  const TensorMeta& out = node.result()->meta;
+  auto same = [&](const ir::Value* v) {
+    return v->meta.dtype == out.dtype && v->meta.shape == out.shape;
+  };
+  if (op == "add" || op == "mul") {
+    const double identity = op == "add" ? 0.0 : 1.0;
+    ir::Value* a = node.operands.at(0);
+    ir::Value* b = node.operands.at(1);
+    if (is_full_of(b, identity) && same(a)) return a;
+    if (is_full_of(a, identity) && same(b)) return b;
+    return nullptr;
+  }
+  if (op == "add_scalar" || op == "mul_scalar") {
+    const double* value = real_attr(node, "value");
+    const double identity = op == "add_scalar" ? 0.0 : 1.0;
+    return value != nullptr && *value == identity ? node.operands.at(0) : nullptr;
+  }
+  if (op == "contiguous") {
+    ir::Value* x = node.operands.at(0);
+    const bool fresh = !x->is_input() && x->producer->op->schema.alias_of < 0;
+    return fresh ? x : nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
+  const auto mutated = detail::mutated_roots(graph);
+  std::vector<ir::Node*> nodes;
+  for (const auto& node : graph.nodes()) nodes.push_back(node.get());
+  for (ir::Node* node : nodes) {
+    if (node->results.size() != 1 || node->operands.empty()) continue;
+    ir::Value* result = node->result();
+    bool is_output = false;
+    for (const ir::Value* o : graph.outputs) is_output = is_output || o == result;
+    ir::Value* input = nullptr;
+    if (node->op->schema.is_view) {
+      input = noop_view_input(*node);
+      if (input != nullptr && is_output && input->is_input()) input = nullptr;
+    } else if (!detail::mutates(*node)) {
+      input = noop_copy_input(*node);
+      if (input != nullptr) {
+        const ir::Value* root = detail::alias_root(input);
+        const bool writes = mutated.contains(root) || mutated.contains(result);
+        if (writes || (is_output && root->is_input())) input = nullptr;
+      }
+    }
+    if (input == nullptr) continue;
+    graph.replace_all_uses(result, input);
+    graph.erase(node);
+  }
+}
+
+}  // namespace sinkgraph::passes

@@ -1,0 +1,122 @@
+// remove_noop_ops: which nodes go, which stay, and equal interpreter results
+// (by value: adding 0 may turn -0.0 into +0.0).
+#include "pass_test_util.h"
+
+namespace sgtest {
+namespace {
+
+using ir::InputKind;
+
+std::vector<ir::NamedAttr> slice_attrs(SymInt dim, SymInt start, SymInt end, SymInt step = 1) {
+  return {{"dim", dim}, {"start", start}, {"end", end}, {"step", step}};
+}
+
+TEST(passes_remove_noop_ops, RemovesIdentityViews) {
+  ir::Graph g("g");
+  const SymInt s0 = SymInt::symbol("s0");
+  ir::Value* x = g.add_input("x", meta({s0, 4}), InputKind::input);
+  ir::Value* h = add(g, "relu", {x}, {}, "h");
+  ir::Value* v = add(g, "view", {h}, {{"shape", std::vector<SymInt>{s0, 4}}});
+  ir::Value* t = add(g, "transpose", {v}, {{"dim0", SymInt(1)}, {"dim1", SymInt(-1)}});
+  ir::Value* p = add(g, "permute", {t}, {{"dims", dims({0, 1})}});
+  ir::Value* s = add(g, "slice", {p}, slice_attrs(0, 0, s0));
+  ir::Value* s2 = add(g, "slice", {s}, slice_attrs(-1, 0, 4));
+  g.outputs = {add(g, "exp", {s2}, {}, "y")};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(op_names(*out), (std::vector<std::string>{"relu", "exp"}));
+  EXPECT_EQ(out->nodes().back()->operands.at(0)->name, "h");
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+TEST(passes_remove_noop_ops, KeepsViewsThatChangeSomething) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({4, 4}), InputKind::input);
+  ir::Value* h = add(g, "relu", {x});
+  g.outputs = {
+      add(g, "view", {h}, {{"shape", dims({16})}}),
+      add(g, "transpose", {h}, {{"dim0", SymInt(0)}, {"dim1", SymInt(1)}}),
+      add(g, "permute", {h}, {{"dims", dims({1, 0})}}),
+      add(g, "slice", {h}, slice_attrs(0, 0, 4, 2)),
+      add(g, "slice", {h}, slice_attrs(0, 1, 4)),
+      add(g, "slice", {h}, slice_attrs(1, 0, 3)),
+  };
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(out->nodes().size(), g.nodes().size());
+}
+
+TEST(passes_remove_noop_ops, RemovesArithmeticIdentities) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
+  ir::Value* h = add(g, "neg", {x}, {}, "h");
+  ir::Value* a = add(g, "add", {h, full(g, dims({1}), 0.0)});
+  ir::Value* b = add(g, "mul", {full(g, dims({3, 4}), 1.0), a});
+  ir::Value* c = add(g, "add_scalar", {b}, {{"value", 0.0}});
+  ir::Value* d = add(g, "mul_scalar", {c}, {{"value", 1.0}});
+  ir::Value* e = add(g, "add", {d, full(g, dims({4}), -0.0)});
+  g.outputs = {add(g, "exp", {e}, {}, "y")};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(count_op(*out, "add") + count_op(*out, "mul") + count_op(*out, "add_scalar") +
+                count_op(*out, "mul_scalar"),
+            0U);
+  EXPECT_EQ(out->nodes().back()->operands.at(0)->name, "h");
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g), Compare::value));
+}
+
+TEST(passes_remove_noop_ops, KeepsArithmeticThatChangesSomething) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({4}), InputKind::input);
+  ir::Value* h = add(g, "neg", {x});
+  g.outputs = {
+      add(g, "add", {h, full(g, dims({3, 4}), 0.0)}),  // broadcasts h to [3,4]
+      add(g, "add", {h, full(g, dims({4}), 1.0)}),    add(g, "mul", {h, full(g, dims({4}), 0.0)}),
+      add(g, "mul_scalar", {h}, {{"value", 2.0}}),    add(g, "add_scalar", {h}, {{"value", 1e-30}}),
+  };
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(out->nodes().size(), g.nodes().size());
+}
+
+TEST(passes_remove_noop_ops, RemovesContiguousOfContiguousValues) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
+  ir::Value* cx = add(g, "contiguous", {x});  // a graph input may be strided: kept
+  ir::Value* h = add(g, "relu", {cx}, {}, "h");
+  ir::Value* ch = add(g, "contiguous", {h});
+  ir::Value* t = add(g, "transpose", {ch}, {{"dim0", SymInt(0)}, {"dim1", SymInt(1)}});
+  ir::Value* ct = add(g, "contiguous", {t}, {}, "ct");  // a real copy: kept
+  g.outputs = {add(g, "view", {ct}, {{"shape", dims({12})}}, "y")};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(op_names(*out),
+            (std::vector<std::string>{"contiguous", "relu", "transpose", "contiguous", "view"}));
+  EXPECT_EQ(out->nodes().front()->operands.at(0)->name, "x");
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+TEST(passes_remove_noop_ops, NeverTurnsAnOutputIntoAnInput) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
+  ir::Value* v = add(g, "view", {x}, {{"shape", dims({3, 4})}});
+  ir::Value* c = add(g, "contiguous", {x});
+  ir::Value* a = add(g, "add_scalar", {v}, {{"value", 0.0}});  // would alias x's storage
+  g.outputs = {v, c, a};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(out->nodes().size(), 3U);
+  for (const ir::Value* o : out->outputs) EXPECT_FALSE(o->is_input());
+}
+
+TEST(passes_remove_noop_ops, KeepsCopiesOfWrittenTensors) {
+  ir::Graph g("g");
+  ir::Value* cache = g.add_input("cache", meta({2, 3}), InputKind::mutated);
+  ir::Value* x = g.add_input("x", meta({2, 3}), InputKind::input);
+  ir::Value* snapshot = add(g, "contiguous", {cache});  // must copy: cache changes below
+  add(g, "copy_", {cache, x});
+  ir::Value* h = add(g, "relu", {x});
+  ir::Value* y = add(g, "mul_scalar", {h}, {{"value", 1.0}});  // y is written below
+  add(g, "fill_", {y}, {{"value", 3.0}});
+  g.outputs = {add(g, "neg", {snapshot}), h, y};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(out->nodes().size(), g.nodes().size());
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+}  // namespace
+}  // namespace sgtest
