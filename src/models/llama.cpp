@@ -1,0 +1,164 @@
+// The Llama decoder, written once against Tensor, SymInt and ops::.
+#include "sinkgraph/llama.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "sinkgraph/error.h"
+
+namespace sinkgraph::models {
+
+void LlamaConfig::validate(const std::string& source) const {
+  const auto in_range = [&](const char* name, std::int64_t v, std::int64_t hi) {
+    SG_CHECK(v >= 1 && v <= hi, source, ": ", name, " is ", v, "; expected 1 <= ", name, " <= ", hi);
+  };
+  in_range("dim", dim, 1 << 16);
+  in_range("hidden_dim", hidden_dim, 1 << 20);
+  in_range("n_layers", n_layers, 1024);
+  in_range("n_heads", n_heads, 1024);
+  in_range("n_kv_heads", n_kv_heads, 1024);
+  in_range("vocab_size", vocab_size, 1 << 24);
+  in_range("max_seq_len", max_seq_len, 1 << 20);
+  SG_CHECK(dim % n_heads == 0, source, ": dim ", dim, " is not a multiple of n_heads ", n_heads);
+  SG_CHECK(n_heads % n_kv_heads == 0, source, ": n_heads ", n_heads, " is not a multiple of n_kv_heads ",
+           n_kv_heads);
+  SG_CHECK(head_size() % 2 == 0, source, ": head size dim/n_heads = ", head_size(),
+           " must be even for rotary embeddings");
+  SG_CHECK(std::isfinite(norm_eps) && norm_eps >= 0 && norm_eps < 1, source, ": norm_eps ", norm_eps,
+           " must be in [0, 1)");
+  SG_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source, ": rope_theta ", rope_theta, " must be > 0");
+}
+
+std::string LlamaConfig::str() const {
+  std::ostringstream out;
+  out << "dim " << dim << ", hidden " << hidden_dim << ", layers " << n_layers << ", heads " << n_heads
+      << ", kv heads " << n_kv_heads << ", vocab " << vocab_size << ", seq_len " << max_seq_len << ", rope "
+      << (rope_style == ops::RopeStyle::interleaved ? "interleaved" : "half")
+      << (shared_classifier ? ", shared classifier" : ", separate classifier");
+  return out.str();
+}
+
+namespace {
+
+void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
+  SG_CHECK(t.defined(), "model: tensor ", name, " is missing");
+  SG_CHECK(t.shape() == want, "model: tensor ", name, " has shape ", shape_str(t.shape()), "; expected ",
+           shape_str(want));
+  SG_CHECK(t.dtype() == DType::f32, "model: tensor ", name, " has dtype ", dtype_name(t.dtype()),
+           "; expected f32");
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  config_.validate("model");
+  const LlamaConfig& c = config_;
+  check_shape(weights_.tok_embeddings, {c.vocab_size, c.dim}, "tok_embeddings.weight");
+  SG_CHECK(static_cast<std::int64_t>(weights_.layers.size()) == c.n_layers, "model: ", weights_.layers.size(),
+           " layers of weights for n_layers ", c.n_layers);
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LlamaLayer& l = weights_.layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    check_shape(l.attention_norm, {c.dim}, p + "attention_norm.weight");
+    check_shape(l.wq, {c.dim, c.dim}, p + "attention.wq.weight");
+    check_shape(l.wk, {c.kv_dim(), c.dim}, p + "attention.wk.weight");
+    check_shape(l.wv, {c.kv_dim(), c.dim}, p + "attention.wv.weight");
+    check_shape(l.wo, {c.dim, c.dim}, p + "attention.wo.weight");
+    check_shape(l.ffn_norm, {c.dim}, p + "ffn_norm.weight");
+    check_shape(l.w1, {c.hidden_dim, c.dim}, p + "feed_forward.w1.weight");
+    check_shape(l.w2, {c.dim, c.hidden_dim}, p + "feed_forward.w2.weight");
+    check_shape(l.w3, {c.hidden_dim, c.dim}, p + "feed_forward.w3.weight");
+  }
+  check_shape(weights_.norm, {c.dim}, "norm.weight");
+  if (!weights_.output.defined()) weights_.output = weights_.tok_embeddings;
+  check_shape(weights_.output, {c.vocab_size, c.dim}, "output.weight");
+  config_.shared_classifier = weights_.output.shares_storage(weights_.tok_embeddings);
+}
+
+Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tensor& kv_cache) const {
+  const LlamaConfig& c = config_;
+  const SymInt p = tokens.sym_size(0);
+  const std::int64_t d = c.head_size();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [P, dim]
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
+    // Attention: q, k, v; rotate q and k; write k and v into the cache at pos0.
+    Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
+    Tensor q = ops::view(ops::linear(h, w.wq), {p, c.n_heads, d});
+    Tensor k = ops::view(ops::linear(h, w.wk), {p, c.n_kv_heads, d});
+    const Tensor v = ops::view(ops::linear(h, w.wv), {p, c.n_kv_heads, d});
+    q = ops::rope(q, pos0, c.rope_theta, c.rope_style);
+    k = ops::rope(k, pos0, c.rope_theta, c.rope_style);
+    const Tensor layer = ops::narrow(kv_cache, 0, l, 1);  // [1, 2, S, Hkv, D]
+    const SymShape cache_shape{c.max_seq_len, c.n_kv_heads, d};
+    const Tensor k_cache = ops::view(ops::narrow(layer, 1, 0, 1), cache_shape);
+    const Tensor v_cache = ops::view(ops::narrow(layer, 1, 1, 1), cache_shape);
+    ops::index_copy_(k_cache, pos0, k);
+    ops::index_copy_(v_cache, pos0, v);
+    const Tensor a = ops::attention(q, k_cache, v_cache, pos0 + p, scale);
+    x = ops::add(x, ops::linear(ops::view(a, {p, c.dim}), w.wo));
+    // SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
+    h = ops::rms_norm(x, w.ffn_norm, c.norm_eps);
+    const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
+    x = ops::add(x, ops::linear(gate, w.w2));
+  }
+  x = ops::rms_norm(x, weights_.norm, c.norm_eps);
+  return ops::linear(x, weights_.output);  // [P, vocab]
+}
+
+Tensor LlamaModel::new_kv_cache() const {
+  const LlamaConfig& c = config_;
+  return ops::zeros({c.n_layers, 2, c.max_seq_len, c.n_kv_heads, c.head_size()});
+}
+
+TracedFn LlamaModel::as_function() const {
+  return [this](std::span<const Arg> args) -> std::vector<Tensor> {
+    SG_CHECK(args.size() == 3, "llama: expected (tokens, pos, kv_cache), got ", args.size(), " arguments");
+    const auto* pos = std::get_if<SymInt>(&args[1]);
+    const SymInt p = pos != nullptr ? *pos : SymInt(std::get<std::int64_t>(args[1]));
+    return {forward(std::get<Tensor>(args[0]), p, std::get<Tensor>(args[2]))};
+  };
+}
+
+LlamaConfig builtin_config() { return LlamaConfig{}; }
+
+LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed) {
+  config.validate("random model");
+  // mt19937_64 is specified exactly, and the float is built from its bits, so
+  // the same seed gives the same weights on every platform.
+  std::mt19937_64 rng(seed);
+  const auto uniform = [&](const Shape& shape, float scale) {
+    std::vector<float> v(static_cast<std::size_t>(numel(shape)));
+    for (auto& x : v) {
+      const auto bits = static_cast<float>(rng() >> 40) * (1.0F / 16777216.0F);  // [0, 1)
+      x = (2.0F * bits - 1.0F) * scale;
+    }
+    return Tensor::from_floats(v, shape);
+  };
+  const auto ones = [](std::int64_t n) { return ops::full({n}, 1.0); };
+  const auto fan_in = [](std::int64_t n) { return 1.0F / std::sqrt(static_cast<float>(n)); };
+  const LlamaConfig& c = config;
+  LlamaWeights w;
+  w.tok_embeddings = uniform({c.vocab_size, c.dim}, 1.0F);
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    LlamaLayer layer;
+    layer.attention_norm = ones(c.dim);
+    layer.wq = uniform({c.dim, c.dim}, fan_in(c.dim));
+    layer.wk = uniform({c.kv_dim(), c.dim}, fan_in(c.dim));
+    layer.wv = uniform({c.kv_dim(), c.dim}, fan_in(c.dim));
+    layer.wo = uniform({c.dim, c.dim}, fan_in(c.dim));
+    layer.ffn_norm = ones(c.dim);
+    layer.w1 = uniform({c.hidden_dim, c.dim}, fan_in(c.dim));
+    layer.w2 = uniform({c.dim, c.hidden_dim}, fan_in(c.hidden_dim));
+    layer.w3 = uniform({c.hidden_dim, c.dim}, fan_in(c.dim));
+    w.layers.push_back(std::move(layer));
+  }
+  w.norm = ones(c.dim);
+  w.output = c.shared_classifier ? w.tok_embeddings : uniform({c.vocab_size, c.dim}, fan_in(c.dim));
+  return LlamaModel(config, std::move(w));
+}
+
+}  // namespace sinkgraph::models
