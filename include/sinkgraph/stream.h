@@ -45,11 +45,13 @@ struct StreamCounters {
   [[nodiscard]] std::int64_t device_idle_ns() const { return window_ns - device_busy_ns; }
 };
 
-// One kernel's execution, recorded only while tracing is on.
+// One kernel's execution on the device, or one launch() on the host,
+// recorded only while tracing is on.
 struct KernelSpan {
   const char* name;
   std::int64_t start_ns;  // steady clock
   std::int64_t end_ns;
+  bool host = false;      // a host launch, not device execution
 };
 
 class SG_API Stream {

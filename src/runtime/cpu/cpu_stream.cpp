@@ -73,7 +73,12 @@ void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
     std::memcpy(static_cast<void*>(&e.args), &args, args.used_bytes());
   });
   launches_.fetch_add(1, std::memory_order_relaxed);
-  host_launch_ns_.fetch_add(now_ns() - start, std::memory_order_relaxed);
+  const std::int64_t end = now_ns();
+  host_launch_ns_.fetch_add(end - start, std::memory_order_relaxed);
+  if (tracing_.load(std::memory_order_relaxed)) [[unlikely]] {
+    std::lock_guard lock(spans_mutex_);
+    spans_.push_back(KernelSpan{name, start, end, true});
+  }
 }
 
 void CpuStream::record(Event& event) {

@@ -1,0 +1,135 @@
+// The Llama model end to end against the real stories260K checkpoint and its
+// reference outputs (../shared/models/stories260K, read in place).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "generate.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/llama.h"
+
+namespace {
+
+namespace sg = sinkgraph;
+namespace fs = std::filesystem;
+
+const fs::path kStories = fs::path(SG_SHARED_DIR) / "models" / "stories260K";
+
+#define SKIP_WITHOUT_SHARED()                                                                   \
+  if (!fs::exists(kStories / "stories260K.bin")) {                                              \
+    GTEST_SKIP() << "skipped: " << kStories.string() << " is absent (the shared reference model)"; \
+  }
+
+const sg::models::LlamaModel& stories() {
+  static const sg::models::LlamaModel model = sg::models::load_llama2c((kStories / "stories260K.bin").string());
+  return model;
+}
+
+std::vector<std::int64_t> reference_ids() {
+  std::ifstream in(kStories / "bos_greedy_200.txt");
+  std::vector<std::int64_t> ids;
+  std::int64_t v = 0;
+  while (in >> v) ids.push_back(v);
+  return ids;
+}
+
+std::vector<float> reference_logits() {
+  std::ifstream in(kStories / "bos_logits_64x512.f32", std::ios::binary);
+  std::vector<float> v(64 * 512);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  EXPECT_TRUE(in.good());
+  return v;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+sg::tools::GenerateOptions greedy(std::int64_t steps, sg::Mode mode) {
+  sg::tools::GenerateOptions o;
+  o.steps = steps;
+  o.mode = mode;
+  return o;
+}
+
+TEST(models_llama, greedy_from_bos_reproduces_the_reference_in_every_mode) {
+  SKIP_WITHOUT_SHARED();
+  const auto want = reference_ids();
+  ASSERT_EQ(want.size(), 200U);
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    const auto r = sg::tools::generate(stories(), greedy(200, mode));
+    EXPECT_EQ(r.ids, want) << sg::mode_name(mode);
+  }
+}
+
+TEST(models_llama, logits_match_the_reference_decoding_and_as_one_prompt) {
+  SKIP_WITHOUT_SHARED();
+  const auto want = reference_logits();
+  // Token by token: BOS, then 63 decode steps (64 rows: P + N - 1).
+  auto o = greedy(64, sg::Mode::reduce_overhead);
+  o.keep_logits = true;
+  const auto decoded = sg::tools::generate(stories(), o);
+  EXPECT_LT(max_abs_diff(decoded.logits, want), 1e-3F);
+  // The same 64 tokens as one prompt (prefill), in both modes.
+  const auto ids = reference_ids();
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead}) {
+    auto p = greedy(1, mode);
+    p.keep_logits = true;
+    p.prompt = {1};
+    p.prompt.insert(p.prompt.end(), ids.begin(), ids.begin() + 63);
+    const auto prefilled = sg::tools::generate(stories(), p);
+    EXPECT_LT(max_abs_diff(prefilled.logits, want), 1e-3F) << sg::mode_name(mode);
+  }
+}
+
+TEST(models_llama, eager_and_reduce_overhead_logits_are_bitwise_equal_and_decode_captures_once) {
+  SKIP_WITHOUT_SHARED();
+  auto e = greedy(200, sg::Mode::eager);
+  e.keep_logits = true;
+  auto r = greedy(200, sg::Mode::reduce_overhead);
+  r.keep_logits = true;
+  const auto eager = sg::tools::generate(stories(), e);
+  const auto graph = sg::tools::generate(stories(), r);
+  EXPECT_EQ(eager.logits, graph.logits);
+  EXPECT_EQ(graph.decode_counters.captured, 1);
+  EXPECT_EQ(graph.decode_counters.replayed, 199);
+  EXPECT_EQ(graph.prefill_counters.captured, 1);
+  EXPECT_EQ(eager.decode_counters.captured, 0);
+}
+
+TEST(models_llama, prompt_plus_steps_beyond_seq_len_is_refused_before_any_work) {
+  const auto model = sg::models::random_model(
+      sg::models::LlamaConfig{32, 64, 1, 4, 2, 50, 16, 1e-5, 10000.0, sg::ops::RopeStyle::interleaved, true}, 1);
+  auto o = greedy(16, sg::Mode::reduce_overhead);
+  o.prompt = {1};
+  try {
+    (void)sg::tools::generate(model, o);
+    FAIL() << "expected an error";
+  } catch (const sg::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("seq_len 16"), std::string::npos) << err.what();
+  }
+  o.steps = 15;
+  EXPECT_EQ(sg::tools::generate(model, o).ids.size(), 15U);
+  o.prompt = {1, 50};
+  EXPECT_THROW((void)sg::tools::generate(model, o), sg::Error);  // id out of range
+}
+
+TEST(models_llama, half_rope_and_gqa_random_models_agree_across_modes) {
+  for (const auto style : {sg::ops::RopeStyle::interleaved, sg::ops::RopeStyle::half}) {
+    const auto model =
+        sg::models::random_model(sg::models::LlamaConfig{48, 96, 2, 6, 2, 97, 40, 1e-5, 500.0, style, false}, 7);
+    auto e = greedy(20, sg::Mode::eager);
+    e.prompt = {3, 5, 7};
+    e.keep_logits = true;
+    auto r = e;
+    r.mode = sg::Mode::reduce_overhead;
+    EXPECT_EQ(sg::tools::generate(model, e).logits, sg::tools::generate(model, r).logits);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,214 @@
+#include "generate.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "sinkgraph/error.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph::tools {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Greedy: the first maximum. Sampling: softmax(logits / T) with a seeded
+// generator whose floats come from its raw bits (reproducible everywhere).
+std::int64_t pick(std::span<const float> row, double temperature, std::mt19937_64& rng) {
+  const auto best = std::max_element(row.begin(), row.end());
+  if (temperature <= 0) return best - row.begin();
+  std::vector<double> p(row.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    p[i] = std::exp((static_cast<double>(row[i]) - *best) / temperature);
+    sum += p[i];
+  }
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * sum;
+  double acc = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    acc += p[i];
+    if (u < acc) return static_cast<std::int64_t>(i);
+  }
+  return static_cast<std::int64_t>(p.size()) - 1;
+}
+
+}  // namespace
+
+GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& options) {
+  const models::LlamaConfig& c = model.config();
+  const auto p = static_cast<std::int64_t>(options.prompt.size());
+  SG_CHECK(p >= 1, "generate: the prompt needs at least one token id");
+  SG_CHECK(options.steps >= 1, "generate: --steps must be >= 1, got ", options.steps);
+  SG_CHECK(p + options.steps <= c.max_seq_len, "generate: prompt (", p, " tokens) plus steps (", options.steps,
+           ") is ", p + options.steps, " positions, beyond the model's seq_len ", c.max_seq_len);
+  for (std::size_t i = 0; i < options.prompt.size(); ++i) {
+    SG_CHECK(options.prompt[i] >= 0 && options.prompt[i] < c.vocab_size, "generate: prompt id ",
+             options.prompt[i], " at index ", i, " is out of range for a vocabulary of ", c.vocab_size);
+  }
+
+  GenerateResult result;
+  Stream& stream = current_stream();
+  stream.synchronize();
+  cpu().allocator().reset_peak();
+  if (options.trace) {
+    (void)stream.take_spans();
+    stream.set_tracing(true);
+  }
+  std::int64_t captures_seen = 0;
+  std::shared_ptr<CompiledFunction> prefill, decode;
+  // Host spans of each step; a step that captured a graph says so.
+  const auto mark = [&](const std::string& name, std::int64_t start) {
+    if (!options.trace) return;
+    std::string label = name;
+    if (prefill) {
+      const std::int64_t captures = prefill->counters().captured + decode->counters().captured;
+      if (captures > captures_seen) label += " [capture]";
+      captures_seen = captures;
+    }
+    result.trace.push_back({label, "host: steps", start, now_ns()});
+  };
+
+  const TracedFn fn = model.as_function();
+  if (options.mode != Mode::eager) {
+    CompilerConfig config;
+    config.mode = options.mode;
+    // The in-place passes are not written yet; compile without asking for them.
+    config.inplace_pass = false;
+    config.input_inplace_pass = false;
+    auto backend = get_backend(config);
+    TraceOptions prefill_options;
+    prefill_options.graph_name = "prefill";
+    prefill_options.arg_names = {"tokens", "pos0", "kv_cache"};
+    prefill_options.dynamic_dims[0] = {0};
+    prefill = compile(fn, backend, prefill_options);
+    TraceOptions decode_options;
+    decode_options.graph_name = "decode";
+    decode_options.arg_names = {"token", "pos", "kv_cache"};
+    decode = compile(fn, backend, decode_options);
+    if (options.mode == Mode::max_autotune) {
+      result.notes.emplace_back(
+          "--mode max-autotune: its fusion and memory-planning passes are not implemented yet; "
+          "running reduce-overhead (capture and replay)");
+    }
+  }
+  const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,
+                       std::int64_t pos, const Tensor& kv) {
+    const std::vector<Arg> args{tokens, SymInt(pos), kv};
+    return compiled ? (*compiled)(args)[0] : fn(args)[0];
+  };
+
+  const Tensor kv = model.new_kv_cache();
+  std::mt19937_64 rng(options.seed);
+  const auto vocab = static_cast<std::size_t>(c.vocab_size);
+
+  // Prefill: the whole prompt in one call.
+  auto t0 = std::chrono::steady_clock::now();
+  std::int64_t span_start = now_ns();
+  const Tensor prompt = Tensor::from_ints(options.prompt, {p});
+  std::vector<float> rows = run(prefill, prompt, 0, kv).to_floats();
+  result.prefill_seconds = seconds_since(t0);
+  mark("prefill", span_start);
+  if (options.keep_logits) result.logits = rows;
+  std::int64_t next = pick(std::span(rows).subspan(static_cast<std::size_t>(p - 1) * vocab, vocab),
+                           options.temperature, rng);
+  result.ids.push_back(next);
+
+  // Decode: one token per step. The first step is not timed (it captures).
+  std::chrono::steady_clock::time_point decode_start;
+  for (std::int64_t step = 1; step < options.steps; ++step) {
+    if (options.stop_id && next == *options.stop_id) break;
+    if (step == 2) decode_start = std::chrono::steady_clock::now();
+    span_start = now_ns();
+    const Tensor token = Tensor::from_ints({next}, {1});
+    const std::vector<float> row = run(decode, token, p + step - 1, kv).to_floats();
+    mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
+    if (options.keep_logits) result.logits.insert(result.logits.end(), row.begin(), row.end());
+    next = pick(row, options.temperature, rng);
+    result.ids.push_back(next);
+    if (step >= 2) ++result.timed_decode_steps;
+  }
+  if (result.timed_decode_steps > 0) result.decode_seconds = seconds_since(decode_start);
+
+  stream.synchronize();
+  result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
+  if (prefill) {
+    result.prefill_counters = prefill->counters();
+    result.decode_counters = decode->counters();
+    result.explain = "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
+  }
+  if (options.trace) {
+    stream.set_tracing(false);
+    for (const KernelSpan& s : stream.take_spans()) {
+      result.trace.push_back({s.name, s.host ? "host: launches" : "device: stream " + stream.name(), s.start_ns,
+                              s.end_ns});
+    }
+  }
+  return result;
+}
+
+std::string stats_json(const GenerateOptions& options, const GenerateResult& r) {
+  GraphCounters sum = r.prefill_counters;
+  sum += r.decode_counters;
+  const double decode_tps =
+      r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0.0;
+  nlohmann::json j;
+  j["mode"] = options.mode == Mode::max_autotune ? "reduce-overhead" : mode_name(options.mode);
+  if (options.mode == Mode::max_autotune) j["requested_mode"] = "max-autotune";
+  j["prompt_tokens"] = options.prompt.size();
+  j["generated_tokens"] = r.ids.size();
+  j["prefill_tokens_per_s"] =
+      r.prefill_seconds > 0 ? static_cast<double>(options.prompt.size()) / r.prefill_seconds : 0.0;
+  j["decode_tokens_per_s"] = decode_tps;
+  j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
+  j["captured"] = sum.captured;
+  j["replayed"] = sum.replayed;
+  j["prefill_captured"] = r.prefill_counters.captured;
+  j["decode_captured"] = r.decode_counters.captured;
+  j["recapture_due_to_mutated_input_change"] = sum.recapture_due_to_mutated_input_change;
+  j["recapture_due_to_parameter_change"] = sum.recapture_due_to_parameter_change;
+  j["recapture_due_to_force_recapture"] = sum.recapture_due_to_force_recapture;
+  j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
+  j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
+  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  return j.dump();
+}
+
+std::string chrome_trace_json(const GenerateResult& r) {
+  // Complete ("X") events in microseconds, one thread id per track.
+  nlohmann::json events = nlohmann::json::array();
+  std::vector<std::string> tracks;
+  std::int64_t origin = 0;
+  for (const auto& e : r.trace) origin = origin == 0 ? e.start_ns : std::min(origin, e.start_ns);
+  for (const auto& e : r.trace) {
+    auto it = std::find(tracks.begin(), tracks.end(), e.track);
+    if (it == tracks.end()) {
+      tracks.push_back(e.track);
+      it = tracks.end() - 1;
+    }
+    const auto tid = static_cast<int>(it - tracks.begin()) + 1;
+    const bool replay = e.name.rfind("graph_replay", 0) == 0;
+    events.push_back({{"name", e.name},
+                      {"cat", replay ? "replay" : (e.track.rfind("device", 0) == 0 ? "kernel" : "host")},
+                      {"ph", "X"},
+                      {"pid", 1},
+                      {"tid", tid},
+                      {"ts", static_cast<double>(e.start_ns - origin) / 1e3},
+                      {"dur", static_cast<double>(std::max<std::int64_t>(e.end_ns - e.start_ns, 0)) / 1e3}});
+  }
+  for (std::size_t i = 0; i < tracks.size(); ++i) {
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 1},
+                      {"tid", static_cast<int>(i) + 1},
+                      {"args", {{"name", tracks[i]}}}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+}  // namespace sinkgraph::tools

@@ -1,0 +1,55 @@
+#pragma once
+// The generation driver behind `sinkgraph generate`: prefill + decode loop of
+// a Llama model in one of the three modes (DESIGN.md, "sinkgraph generate").
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/llama.h"
+
+namespace sinkgraph::tools {
+
+struct GenerateOptions {
+  std::vector<std::int64_t> prompt{1};  // BOS
+  std::int64_t steps = 128;
+  Mode mode = Mode::reduce_overhead;
+  double temperature = 0.0;  // 0: greedy
+  std::uint64_t seed = 0;
+  std::optional<std::int64_t> stop_id;
+  bool keep_logits = false;  // every row run through the model (P + N - 1 rows)
+  bool trace = false;        // record host launches and device spans
+};
+
+struct TraceEvent {
+  std::string name;
+  std::string track;  // "host", "device: <stream>"
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+struct GenerateResult {
+  std::vector<std::int64_t> ids;  // generated ids only
+  std::vector<float> logits;      // rows of vocab_size, when keep_logits
+  double prefill_seconds = 0;
+  double decode_seconds = 0;       // decode steps after the first
+  std::int64_t timed_decode_steps = 0;
+  GraphCounters prefill_counters, decode_counters;
+  std::int64_t peak_allocated_bytes = 0;
+  std::string explain;  // compiled functions' reports (empty in eager mode)
+  std::vector<TraceEvent> trace;
+  std::vector<std::string> notes;  // what the user should know (on stderr)
+};
+
+// Runs prompt + steps. Throws sinkgraph::Error before any work when the
+// prompt plus steps exceed the model's max_seq_len or an id is out of range.
+GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& options);
+
+// The --stats JSON object, one line.
+std::string stats_json(const GenerateOptions& options, const GenerateResult& result);
+// Chrome trace event JSON (Perfetto opens it).
+std::string chrome_trace_json(const GenerateResult& result);
+
+}  // namespace sinkgraph::tools

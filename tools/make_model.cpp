@@ -1,0 +1,54 @@
+// `sinkgraph make-model`: writes a seeded random Llama checkpoint.
+#include <iostream>
+
+#include "commands.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/llama.h"
+
+namespace sinkgraph::tools {
+
+void add_make_model_command(CLI::App& app, int& status) {
+  struct Options {
+    models::LlamaConfig config;
+    std::uint64_t seed = 0;
+    std::string format = "llama2c";
+    std::string dtype = "f32";
+    std::string rope_style = "interleaved";
+    bool separate_classifier = false;
+    std::string out;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("make-model", "Write a seeded random Llama checkpoint");
+  cmd->add_option("--dim", o->config.dim, "model width")->required();
+  cmd->add_option("--layers", o->config.n_layers, "decoder layers")->required();
+  cmd->add_option("--heads", o->config.n_heads, "query heads")->required();
+  cmd->add_option("--kv-heads", o->config.n_kv_heads, "key/value heads")->required();
+  cmd->add_option("--hidden", o->config.hidden_dim, "feed-forward width")->required();
+  cmd->add_option("--vocab", o->config.vocab_size, "vocabulary size")->required();
+  cmd->add_option("--seq-len", o->config.max_seq_len, "maximum sequence length")->required();
+  cmd->add_option("--seed", o->seed, "random seed")->required();
+  cmd->add_option("--format", o->format, "llama2c or safetensors")
+      ->required()
+      ->check(CLI::IsMember({"llama2c", "safetensors"}));
+  cmd->add_option("--dtype", o->dtype, "safetensors dtype: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--rope-style", o->rope_style, "interleaved (llama2.c) or half (Hugging Face)")
+      ->check(CLI::IsMember({"interleaved", "half"}));
+  cmd->add_flag("--separate-classifier", o->separate_classifier, "an output.weight of its own");
+  cmd->add_option("--out", o->out, "output path")->required();
+  cmd->callback([o, &status] {
+    models::LlamaConfig config = o->config;
+    config.rope_style = o->rope_style == "half" ? ops::RopeStyle::half : ops::RopeStyle::interleaved;
+    config.shared_classifier = !o->separate_classifier;
+    SG_CHECK(o->format == "safetensors" || config.rope_style == ops::RopeStyle::interleaved,
+             "make-model: llama2c checkpoints use interleaved rope; --rope-style half needs --format safetensors");
+    const models::LlamaModel model = models::random_model(config, o->seed);
+    const auto format = o->format == "safetensors" ? models::CheckpointFormat::safetensors
+                                                   : models::CheckpointFormat::llama2c;
+    models::save_model(model, o->out, format, *parse_dtype(o->dtype));
+    std::cerr << "wrote " << o->out << " (" << config.str() << ")\n";
+    status = 0;
+  });
+}
+
+}  // namespace sinkgraph::tools
