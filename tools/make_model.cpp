@@ -1,4 +1,5 @@
 // `sinkgraph make-model`: writes a seeded random Llama checkpoint.
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -43,6 +44,10 @@ void add_make_model_command(CLI::App& app, int& status) {
     SG_CHECK(o->format == "safetensors" || config.rope_style == ops::RopeStyle::interleaved,
              "make-model: llama2c checkpoints use interleaved rope; --rope-style half needs --format safetensors");
     const models::LlamaModel model = models::random_model(config, o->seed);
+    const auto parent = std::filesystem::path(o->out).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    SG_CHECK(!ec, "make-model: cannot create the folder ", parent.string(), ": ", ec.message());
     const auto format = o->format == "safetensors" ? models::CheckpointFormat::safetensors
                                                    : models::CheckpointFormat::llama2c;
     models::save_model(model, o->out, format, *parse_dtype(o->dtype));

@@ -58,7 +58,7 @@ struct SG_API CompilerConfig {
 };
 
 // Counters as TorchAir names them (summed over a compiled function's graphs).
-struct GraphCounters {
+struct SG_API GraphCounters {
   std::int64_t captured = 0;
   std::int64_t replayed = 0;
   std::int64_t recapture_due_to_mutated_input_change = 0;

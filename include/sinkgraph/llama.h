@@ -19,7 +19,7 @@
 
 namespace sinkgraph::models {
 
-struct LlamaConfig {
+struct SG_API LlamaConfig {
   std::int64_t dim = 288;
   std::int64_t hidden_dim = 768;
   std::int64_t n_layers = 6;

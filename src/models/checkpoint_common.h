@@ -1,0 +1,77 @@
+#pragma once
+// Shared pieces of the checkpoint readers and writers (docs/model.md): a
+// read-only memory-mapped file, bounds-checked byte ranges, f32/f16/bf16
+// decoding into tensors, and a checked file writer.
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sinkgraph/dtype.h"
+#include "sinkgraph/llama.h"
+#include "sinkgraph/shape.h"
+#include "sinkgraph/tensor.h"
+
+namespace sinkgraph::models::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "checkpoints are little-endian; a big-endian host needs byte swapping");
+
+// A whole file mapped read-only (mmap, PROT_READ). An empty file is an empty span.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // throws sinkgraph::Error naming `path`
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  [[nodiscard]] std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+
+ private:
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// bytes[offset, offset + size) after checking that it lies inside `bytes`;
+// otherwise a sinkgraph::Error "<file>: tensor <what> needs <size> bytes at
+// offset <offset> but the file has <n> bytes".
+std::span<const std::uint8_t> checked_range(std::span<const std::uint8_t> bytes,
+                                            std::uint64_t offset, std::uint64_t size,
+                                            const std::string& file, const std::string& what);
+
+// Reads little-endian integers at a checked offset.
+std::int32_t read_i32(std::span<const std::uint8_t> bytes, std::uint64_t offset,
+                      const std::string& file, const std::string& what);
+std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset,
+                       const std::string& file, const std::string& what);
+
+// A new f32 tensor of `shape` decoded from `raw` (little-endian values of
+// `dtype`: f32, f16 or bf16); raw.size() must be numel * dtype_size.
+Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape);
+
+// Appends `t`'s values converted to `dtype` (f32, f16 or bf16), little-endian.
+void append_encoded(std::vector<std::uint8_t>& out, const Tensor& t, DType dtype);
+void append_i32(std::vector<std::uint8_t>& out, std::int32_t value);
+
+// Writes `bytes` to `path` (through a temporary file renamed into place);
+// throws sinkgraph::Error naming the path on any failure.
+void write_file(const std::string& path, std::string_view bytes);
+void write_file(const std::string& path, std::span<const std::uint8_t> bytes);
+
+// True when the classifier is the token embedding (same storage).
+bool classifier_is_shared(const LlamaWeights& weights);
+
+// Saturating arithmetic for sizes computed from untrusted headers.
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b);
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b);
+
+// The checks the readers rely on for their own arithmetic (positive sizes,
+// heads dividing dim, kv heads dividing heads), after LlamaConfig::validate.
+void validate_config(const LlamaConfig& config, const std::string& source);
+
+// The writers behind save_model().
+void save_llama2c(const LlamaModel& model, const std::string& path, DType dtype);
+void save_safetensors(const LlamaModel& model, const std::string& path, DType dtype);
+
+}  // namespace sinkgraph::models::detail
