@@ -5,9 +5,9 @@
 //  - BM_EagerAdd10k: 10,000 launches followed by one synchronize, reported per
 //    operator.
 // Both use the default stream and its default spin-then-park policy.
-#include <benchmark/benchmark.h>
-
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
@@ -58,8 +58,9 @@ void BM_EagerAdd10k(benchmark::State& state) {
     stream.synchronize();
   }
   state.SetItemsProcessed(state.iterations() * kOps);
-  state.counters["ns_per_op"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * kOps), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kOps),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_EagerAdd10k)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -52,9 +52,9 @@ void BM_ReplayPerNode(benchmark::State& state) {
     exec->launch(*stream, {});
     stream->synchronize();
   }
-  state.counters["ns_per_node"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * state.range(0)),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_node"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * state.range(0)),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_CaptureInstantiate(benchmark::State& state) {
@@ -63,9 +63,9 @@ void BM_CaptureInstantiate(benchmark::State& state) {
     auto exec = capture_noops(*stream, state.range(0));
     benchmark::DoNotOptimize(exec);
   }
-  state.counters["ns_per_node"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * state.range(0)),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_node"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * state.range(0)),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_EagerPerOp(benchmark::State& state) {
@@ -75,9 +75,9 @@ void BM_EagerPerOp(benchmark::State& state) {
     for (std::int64_t i = 0; i < state.range(0); ++i) stream->launch(noop, args, "noop");
     stream->synchronize();
   }
-  state.counters["ns_per_op"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * state.range(0)),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * state.range(0)),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 }  // namespace

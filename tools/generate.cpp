@@ -1,11 +1,11 @@
 #include "generate.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
@@ -45,11 +45,13 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   const auto p = static_cast<std::int64_t>(options.prompt.size());
   SG_CHECK(p >= 1, "generate: the prompt needs at least one token id");
   SG_CHECK(options.steps >= 1, "generate: --steps must be >= 1, got ", options.steps);
-  SG_CHECK(p + options.steps <= c.max_seq_len, "generate: prompt (", p, " tokens) plus steps (", options.steps,
-           ") is ", p + options.steps, " positions, beyond the model's seq_len ", c.max_seq_len);
+  SG_CHECK(p + options.steps <= c.max_seq_len, "generate: prompt (", p, " tokens) plus steps (",
+           options.steps, ") is ", p + options.steps, " positions, beyond the model's seq_len ",
+           c.max_seq_len);
   for (std::size_t i = 0; i < options.prompt.size(); ++i) {
     SG_CHECK(options.prompt[i] >= 0 && options.prompt[i] < c.vocab_size, "generate: prompt id ",
-             options.prompt[i], " at index ", i, " is out of range for a vocabulary of ", c.vocab_size);
+             options.prompt[i], " at index ", i, " is out of range for a vocabulary of ",
+             c.vocab_size);
   }
 
   GenerateResult result;
@@ -140,13 +142,14 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   if (prefill) {
     result.prefill_counters = prefill->counters();
     result.decode_counters = decode->counters();
-    result.explain = "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
+    result.explain =
+        "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
   }
   if (options.trace) {
     stream.set_tracing(false);
     for (const KernelSpan& s : stream.take_spans()) {
-      result.trace.push_back({s.name, s.host ? "host: launches" : "device: stream " + stream.name(), s.start_ns,
-                              s.end_ns});
+      result.trace.push_back({s.name, s.host ? "host: launches" : "device: stream " + stream.name(),
+                              s.start_ns, s.end_ns});
     }
   }
   return result;
@@ -193,13 +196,14 @@ std::string chrome_trace_json(const GenerateResult& r) {
     }
     const auto tid = static_cast<int>(it - tracks.begin()) + 1;
     const bool replay = e.name.rfind("graph_replay", 0) == 0;
-    events.push_back({{"name", e.name},
-                      {"cat", replay ? "replay" : (e.track.rfind("device", 0) == 0 ? "kernel" : "host")},
-                      {"ph", "X"},
-                      {"pid", 1},
-                      {"tid", tid},
-                      {"ts", static_cast<double>(e.start_ns - origin) / 1e3},
-                      {"dur", static_cast<double>(std::max<std::int64_t>(e.end_ns - e.start_ns, 0)) / 1e3}});
+    events.push_back(
+        {{"name", e.name},
+         {"cat", replay ? "replay" : (e.track.rfind("device", 0) == 0 ? "kernel" : "host")},
+         {"ph", "X"},
+         {"pid", 1},
+         {"tid", tid},
+         {"ts", static_cast<double>(e.start_ns - origin) / 1e3},
+         {"dur", static_cast<double>(std::max<std::int64_t>(e.end_ns - e.start_ns, 0)) / 1e3}});
   }
   for (std::size_t i = 0; i < tracks.size(); ++i) {
     events.push_back({{"name", "thread_name"},

@@ -34,7 +34,7 @@ struct GenerateResult {
   std::vector<std::int64_t> ids;  // generated ids only
   std::vector<float> logits;      // rows of vocab_size, when keep_logits
   double prefill_seconds = 0;
-  double decode_seconds = 0;       // decode steps after the first
+  double decode_seconds = 0;  // decode steps after the first
   std::int64_t timed_decode_steps = 0;
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;

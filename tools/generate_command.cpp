@@ -1,10 +1,10 @@
 // `sinkgraph generate`: the contract in DESIGN.md ("sinkgraph generate").
-#include <fmt/core.h>
-
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include <fmt/core.h>
 
 #include "commands.h"
 #include "generate.h"
@@ -41,7 +41,8 @@ std::vector<std::int64_t> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    SG_CHECK(used == word.size() && used > 0, "--prompt-ids: '", word, "' is not an integer token id");
+    SG_CHECK(used == word.size() && used > 0, "--prompt-ids: '", word,
+             "' is not an integer token id");
     ids.push_back(v);
   }
   SG_CHECK(!ids.empty(), "--prompt-ids: expected at least one token id");
@@ -71,40 +72,49 @@ int run(const CliOptions& o) {
   // stdout holds only the requested lines when --print-ids or --stats is given.
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
-  const models::LlamaModel model =
-      o.model.empty() ? models::random_model(models::builtin_config(), 0) : models::load_model(o.model);
+  const models::LlamaModel model = o.model.empty()
+                                       ? models::random_model(models::builtin_config(), 0)
+                                       : models::load_model(o.model);
   const models::LlamaConfig& c = model.config();
   SG_CHECK(static_cast<std::int64_t>(g.prompt.size()) + g.steps <= c.max_seq_len, "prompt (",
-           g.prompt.size(), " tokens) plus --steps ", g.steps, " exceeds the model's seq_len ", c.max_seq_len);
+           g.prompt.size(), " tokens) plus --steps ", g.steps, " exceeds the model's seq_len ",
+           c.max_seq_len);
 
   const GenerateResult r = generate(model, g);
   for (const auto& note : r.notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
 
   if (!o.dump_logits.empty()) {
     write_file(o.dump_logits,
-               std::string(reinterpret_cast<const char*>(r.logits.data()), r.logits.size() * sizeof(float)),
+               std::string(reinterpret_cast<const char*>(r.logits.data()),
+                           r.logits.size() * sizeof(float)),
                "--dump-logits");
   }
   if (!o.trace.empty()) write_file(o.trace, chrome_trace_json(r), "--trace");
-  if (o.explain) std::fprintf(report, "%s", r.explain.empty() ? "eager mode: nothing compiled\n" : r.explain.c_str());
+  if (o.explain)
+    std::fprintf(report, "%s",
+                 r.explain.empty() ? "eager mode: nothing compiled\n" : r.explain.c_str());
 
   std::string ids;
   for (const auto id : r.ids) ids += (ids.empty() ? "" : " ") + std::to_string(id);
   if (o.print_ids) std::printf("ids: %s\n", ids.c_str());
   if (!machine) {
-    const double tps = r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0;
+    const double tps =
+        r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0;
     GraphCounters sum = r.prefill_counters;
     sum += r.decode_counters;
-    std::printf("model: %s\n", o.model.empty() ? ("built-in (" + c.str() + ")").c_str() : o.model.c_str());
+    std::printf("model: %s\n",
+                o.model.empty() ? ("built-in (" + c.str() + ")").c_str() : o.model.c_str());
     std::printf("mode: %s\n", o.mode.c_str());
     std::printf("ids: %s\n", ids.c_str());
     std::printf("prefill: %zu tokens in %.2f ms\n", g.prompt.size(), r.prefill_seconds * 1e3);
     std::printf("decode: %.1f tokens/s (%.1f us per token over %lld steps after the first)\n", tps,
                 tps > 0 ? 1e6 / tps : 0.0, static_cast<long long>(r.timed_decode_steps));
-    std::printf("graphs: %lld captured (prefill %lld, decode %lld), %lld replays; pools reserve %lld bytes\n",
-                static_cast<long long>(sum.captured), static_cast<long long>(r.prefill_counters.captured),
-                static_cast<long long>(r.decode_counters.captured), static_cast<long long>(sum.replayed),
-                static_cast<long long>(sum.pool_reserved_bytes));
+    std::printf(
+        "graphs: %lld captured (prefill %lld, decode %lld), %lld replays; pools reserve %lld "
+        "bytes\n",
+        static_cast<long long>(sum.captured), static_cast<long long>(r.prefill_counters.captured),
+        static_cast<long long>(r.decode_counters.captured), static_cast<long long>(sum.replayed),
+        static_cast<long long>(sum.pool_reserved_bytes));
     std::printf("peak allocated: %lld bytes\n", static_cast<long long>(r.peak_allocated_bytes));
   }
   if (o.stats) std::printf("%s\n", stats_json(g, r).c_str());
@@ -116,9 +126,11 @@ int run(const CliOptions& o) {
 void add_generate_command(CLI::App& app, int& status) {
   auto o = std::make_shared<CliOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate token ids with a Llama model");
-  cmd->add_option("--model", o->model, "llama2.c .bin, .safetensors (config.json beside it) or a folder; "
-                                       "default: the built-in random model");
-  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt token ids, space separated (default: \"1\", BOS)");
+  cmd->add_option("--model", o->model,
+                  "llama2.c .bin, .safetensors (config.json beside it) or a folder; "
+                  "default: the built-in random model");
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "prompt token ids, space separated (default: \"1\", BOS)");
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
   cmd->add_option("--mode", o->mode, "eager, reduce-overhead (default) or max-autotune")
       ->check(CLI::IsMember({"eager", "reduce-overhead", "max-autotune"}));
@@ -126,9 +138,11 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
   cmd->add_option("--stop-id", o->stop_id, "stop after generating this id");
   cmd->add_flag("--print-ids", o->print_ids, "print one line 'ids: ...' with the generated ids");
-  cmd->add_option("--dump-logits", o->dump_logits, "write every row of logits as raw little-endian f32");
+  cmd->add_option("--dump-logits", o->dump_logits,
+                  "write every row of logits as raw little-endian f32");
   cmd->add_flag("--stats", o->stats, "print one JSON line of statistics, last");
-  cmd->add_flag("--explain", o->explain, "print the explain report (stderr with --stats or --print-ids)");
+  cmd->add_flag("--explain", o->explain,
+                "print the explain report (stderr with --stats or --print-ids)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace event JSON file (Perfetto opens it)");
   cmd->callback([o, &status] { status = run(*o); });
 }

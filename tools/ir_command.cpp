@@ -19,7 +19,8 @@ void add_ir_command(CLI::App& app, int& status) {
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("ir", "Parse and verify an IR file, run passes, print the result");
   cmd->add_option("file", options->file, "IR text file (docs/ir.md)")->required();
-  cmd->add_option("--passes", options->passes, "passes to run in order, comma separated")->delimiter(',');
+  cmd->add_option("--passes", options->passes, "passes to run in order, comma separated")
+      ->delimiter(',');
   cmd->add_flag("--print", options->print, "print the resulting IR on stdout");
   cmd->callback([options, &status] {
     // Unknown pass names fail before any work.

@@ -39,10 +39,12 @@ void add_make_model_command(CLI::App& app, int& status) {
   cmd->add_option("--out", o->out, "output path")->required();
   cmd->callback([o, &status] {
     models::LlamaConfig config = o->config;
-    config.rope_style = o->rope_style == "half" ? ops::RopeStyle::half : ops::RopeStyle::interleaved;
+    config.rope_style =
+        o->rope_style == "half" ? ops::RopeStyle::half : ops::RopeStyle::interleaved;
     config.shared_classifier = !o->separate_classifier;
     SG_CHECK(o->format == "safetensors" || config.rope_style == ops::RopeStyle::interleaved,
-             "make-model: llama2c checkpoints use interleaved rope; --rope-style half needs --format safetensors");
+             "make-model: llama2c checkpoints use interleaved rope; --rope-style half needs "
+             "--format safetensors");
     const models::LlamaModel model = models::random_model(config, o->seed);
     const auto parent = std::filesystem::path(o->out).parent_path();
     std::error_code ec;

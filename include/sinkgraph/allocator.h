@@ -37,14 +37,14 @@ class Stream;
 class MemPool;
 
 struct AllocatorStats {
-  std::int64_t allocated_bytes = 0;       // held by live allocations
-  std::int64_t reserved_bytes = 0;        // obtained from the device (live + cached)
+  std::int64_t allocated_bytes = 0;  // held by live allocations
+  std::int64_t reserved_bytes = 0;   // obtained from the device (live + cached)
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t num_allocs = 0;
   std::int64_t num_frees = 0;
-  std::int64_t num_cache_hits = 0;        // served from a cached block
-  std::int64_t num_device_allocs = 0;     // went to the device
+  std::int64_t num_cache_hits = 0;     // served from a cached block
+  std::int64_t num_device_allocs = 0;  // went to the device
 };
 SG_API std::string to_string(const AllocatorStats& stats);
 
@@ -91,7 +91,9 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   // Replay generations (Note [Stale outputs] in compiler.h): every graph replay
   // into this pool bumps the generation and names itself as the last writer.
   std::uint64_t bump_generation(const std::string& writer);
-  [[nodiscard]] std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::uint64_t generation() const {
+    return generation_.load(std::memory_order_acquire);
+  }
   [[nodiscard]] std::string last_writer() const;
 
  private:
@@ -109,8 +111,8 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   mutable std::mutex mutex_;
   std::multimap<std::size_t, Block*> free_blocks_;  // by size
   std::atomic<std::uint64_t> generation_{0};
-  std::string last_writer_;  // guarded by mutex_
-  std::vector<std::unique_ptr<Block>> blocks_;      // every block of the pool
+  std::string last_writer_;                     // guarded by mutex_
+  std::vector<std::unique_ptr<Block>> blocks_;  // every block of the pool
   AllocatorStats stats_;
 };
 

@@ -20,7 +20,7 @@
 namespace sinkgraph {
 
 enum class Mode : std::uint8_t { eager, reduce_overhead, max_autotune };
-SG_API const char* mode_name(Mode mode);  // "eager", "reduce-overhead", "max-autotune"
+SG_API const char* mode_name(Mode mode);          // "eager", "reduce-overhead", "max-autotune"
 SG_API Mode parse_mode(const std::string& text);  // throws sinkgraph::Error
 
 // Every option with TorchAir's name, meaning and default (docs/compiler.md).

@@ -42,8 +42,8 @@ struct GraphNode {
   KernelFn fn = nullptr;
   const char* name = "";
   ArgBlock args{};
-  int stream = 0;          // 0: the origin stream; 1..: forked streams in join order
-  std::vector<int> deps;   // indices of earlier nodes
+  int stream = 0;         // 0: the origin stream; 1..: forked streams in join order
+  std::vector<int> deps;  // indices of earlier nodes
   std::vector<UpdateSlot> updates;
 };
 
@@ -61,7 +61,8 @@ class SG_API DeviceGraph {
   [[nodiscard]] std::string str() const;
   // Prepares the graph for replay with updatable slots evaluated over `symbols`
   // (in the order launch() receives their values).
-  [[nodiscard]] std::unique_ptr<GraphExec> instantiate(const std::vector<std::string>& symbols = {}) const;
+  [[nodiscard]] std::unique_ptr<GraphExec> instantiate(
+      const std::vector<std::string>& symbols = {}) const;
 };
 
 // A copy run at the start of a replay (static input buffers). `keep_alive`
@@ -110,7 +111,7 @@ class SG_API GraphExec {
   std::vector<std::unique_ptr<Stream>> branches_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> done_;  // per node: last generation completed
   std::vector<bool> has_cross_dependents_;
-  std::atomic<std::uint64_t> started_{0};                // generation released to the branches
+  std::atomic<std::uint64_t> started_{0};  // generation released to the branches
   std::unique_ptr<std::atomic<std::uint64_t>[]> branch_done_;
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<KernelContext*> origin_ctx_{nullptr};

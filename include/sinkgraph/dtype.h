@@ -21,8 +21,12 @@ inline bool is_floating(DType d) { return d == DType::f32 || d == DType::f16 || 
 inline bool is_integral(DType d) { return d == DType::i32 || d == DType::i64; }
 
 // Storage types for the two half formats; plain 16-bit payloads.
-struct Half { std::uint16_t bits; };
-struct BFloat16 { std::uint16_t bits; };
+struct Half {
+  std::uint16_t bits;
+};
+struct BFloat16 {
+  std::uint16_t bits;
+};
 
 inline float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000U) << 16;
@@ -53,13 +57,15 @@ inline std::uint16_t f32_to_f16(float value) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (x >> 16) & 0x8000U;
   const std::uint32_t abs = x & 0x7FFFFFFFU;
-  if (abs > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);  // nan
+  if (abs > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);   // nan
   if (abs >= 0x477FF000U) return static_cast<std::uint16_t>(sign | 0x7C00U);  // overflow -> inf
   if (abs < 0x38800000U) {  // result is subnormal or zero
-    if (abs < 0x33000000U) return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
+    if (abs < 0x33000000U)
+      return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
     const std::uint32_t exp = abs >> 23;
     const std::uint32_t mant = (abs & 0x7FFFFFU) | 0x800000U;
-    const std::uint32_t shift = 126 - exp;  // 14 + (112 - exp) ... = bits dropped from the 24-bit mantissa
+    const std::uint32_t shift =
+        126 - exp;  // 14 + (112 - exp) ... = bits dropped from the 24-bit mantissa
     std::uint32_t half = mant >> shift;
     const std::uint32_t rem = mant & ((1U << shift) - 1U);
     const std::uint32_t halfway = 1U << (shift - 1);
@@ -79,7 +85,8 @@ inline float bf16_to_f32(std::uint16_t b) {
 
 inline std::uint16_t f32_to_bf16(float value) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
-  if ((x & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<std::uint16_t>((x >> 16) | 0x40U);  // quiet nan
+  if ((x & 0x7FFFFFFFU) > 0x7F800000U)
+    return static_cast<std::uint16_t>((x >> 16) | 0x40U);  // quiet nan
   const std::uint32_t rounding = 0x7FFFU + ((x >> 16) & 1U);
   return static_cast<std::uint16_t>((x + rounding) >> 16);
 }

@@ -37,17 +37,17 @@ std::string concat(const Parts&... parts) {
 
 }  // namespace sinkgraph
 
-#define SG_CHECK(cond, ...)                                                  \
-  do {                                                                       \
-    if (!(cond)) [[unlikely]] {                                              \
+#define SG_CHECK(cond, ...)                                                       \
+  do {                                                                            \
+    if (!(cond)) [[unlikely]] {                                                   \
       ::sinkgraph::detail::throw_error(::sinkgraph::detail::concat(__VA_ARGS__)); \
-    }                                                                        \
+    }                                                                             \
   } while (false)
 
-#define SG_ASSERT(cond, ...)                                                 \
-  do {                                                                       \
-    if (!(cond)) [[unlikely]] {                                              \
-      ::sinkgraph::detail::throw_internal(__FILE__, __LINE__, #cond,         \
-                                          ::sinkgraph::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                        \
+#define SG_ASSERT(cond, ...)                                                                      \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
+      ::sinkgraph::detail::throw_internal(                                                        \
+          __FILE__, __LINE__, #cond, ::sinkgraph::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                             \
   } while (false)

@@ -40,10 +40,10 @@ struct SG_API LlamaConfig {
 };
 
 struct LlamaLayer {
-  Tensor attention_norm;           // [dim]
-  Tensor wq, wk, wv, wo;           // [dim, dim], [kv_dim, dim], [kv_dim, dim], [dim, dim]
-  Tensor ffn_norm;                 // [dim]
-  Tensor w1, w2, w3;               // [hidden, dim], [dim, hidden], [hidden, dim]
+  Tensor attention_norm;  // [dim]
+  Tensor wq, wk, wv, wo;  // [dim, dim], [kv_dim, dim], [kv_dim, dim], [dim, dim]
+  Tensor ffn_norm;        // [dim]
+  Tensor w1, w2, w3;      // [hidden, dim], [dim, hidden], [hidden, dim]
 };
 
 struct LlamaWeights {
@@ -63,7 +63,8 @@ class SG_API LlamaModel {
   // The forward pass over `tokens` (i64 [P]) at positions pos0 .. pos0+P-1,
   // writing the KV cache in place; returns logits [P, vocab]. Ordinary model
   // code: eager when called directly, recorded when traced.
-  [[nodiscard]] Tensor forward(const Tensor& tokens, const SymInt& pos0, const Tensor& kv_cache) const;
+  [[nodiscard]] Tensor forward(const Tensor& tokens, const SymInt& pos0,
+                               const Tensor& kv_cache) const;
   // A zeroed KV cache for this model.
   [[nodiscard]] Tensor new_kv_cache() const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).
@@ -89,8 +90,8 @@ SG_API LlamaModel load_llama2c(const std::string& path);
 SG_API LlamaModel load_safetensors(const std::string& path, const std::string& config_path);
 // Parsers over bytes already in memory (what the loaders and fuzzers call).
 SG_API LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name);
-SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& config_json,
-                                    const std::string& name);
+SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes,
+                                    const std::string& config_json, const std::string& name);
 
 enum class CheckpointFormat : std::uint8_t { llama2c, safetensors };
 // Writes `model` at `path` (safetensors: also config.json beside it).

@@ -115,9 +115,9 @@ SG_API DispatchInterceptor* dispatch_interceptor();
 
 // Counters of host-side work, for tests that prove replay does none of it.
 struct DispatchCounters {
-  std::uint64_t dispatches = 0;    // eager operator calls
-  std::uint64_t shape_fns = 0;     // shape-function evaluations
-  std::uint64_t launches = 0;      // kernels launched by the dispatcher
+  std::uint64_t dispatches = 0;  // eager operator calls
+  std::uint64_t shape_fns = 0;   // shape-function evaluations
+  std::uint64_t launches = 0;    // kernels launched by the dispatcher
 };
 SG_API DispatchCounters dispatch_counters();
 

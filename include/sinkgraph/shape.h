@@ -73,8 +73,8 @@ SG_API Strides contiguous_strides(const Shape& shape);
 SG_API SymShape to_sym(const Shape& shape);
 // Throws when any dimension is symbolic.
 SG_API Shape to_concrete(const SymShape& shape);
-SG_API std::string shape_str(const Shape& shape);      // "[2,3]"
-SG_API std::string shape_str(const SymShape& shape);   // "[s0,64]"
+SG_API std::string shape_str(const Shape& shape);     // "[2,3]"
+SG_API std::string shape_str(const SymShape& shape);  // "[s0,64]"
 // Wraps a possibly negative dimension index; `what` names the operator.
 SG_API int wrap_dim(std::int64_t dim, int ndim, const char* what);
 // Numpy broadcasting over symbolic shapes; `op` names the operator in errors.

@@ -37,11 +37,11 @@ struct StreamOptions {
 };
 
 struct StreamCounters {
-  std::uint64_t launches = 0;          // queue entries submitted
-  std::uint64_t kernels = 0;           // kernels run by the device
-  std::int64_t host_launch_ns = 0;     // host time spent inside launch()
-  std::int64_t device_busy_ns = 0;     // time the worker spent running kernels
-  std::int64_t window_ns = 0;          // first launch to last completion
+  std::uint64_t launches = 0;       // queue entries submitted
+  std::uint64_t kernels = 0;        // kernels run by the device
+  std::int64_t host_launch_ns = 0;  // host time spent inside launch()
+  std::int64_t device_busy_ns = 0;  // time the worker spent running kernels
+  std::int64_t window_ns = 0;       // first launch to last completion
   [[nodiscard]] std::int64_t device_idle_ns() const { return window_ns - device_busy_ns; }
 };
 
@@ -51,7 +51,7 @@ struct KernelSpan {
   const char* name;
   std::int64_t start_ns;  // steady clock
   std::int64_t end_ns;
-  bool host = false;      // a host launch, not device execution
+  bool host = false;  // a host launch, not device execution
 };
 
 class SG_API Stream {
@@ -80,7 +80,8 @@ class SG_API Stream {
 
   // Records launches instead of running them until end_capture(); every
   // allocation for this stream comes from `pool` meanwhile.
-  void begin_capture(std::shared_ptr<MemPool> pool, CaptureErrorMode mode = CaptureErrorMode::global);
+  void begin_capture(std::shared_ptr<MemPool> pool,
+                     CaptureErrorMode mode = CaptureErrorMode::global);
   // Ends the capture this stream began; throws if a forked stream never joined back.
   DeviceGraph end_capture();
   [[nodiscard]] bool is_capturing() const { return capturing_.load(std::memory_order_acquire); }
@@ -127,7 +128,7 @@ SG_API const char* current_op_name();
 // The stream this host thread launches on for `device` (its default stream
 // until set). StreamGuard sets it for a scope.
 SG_API Stream& current_stream(Device& device);
-SG_API Stream& current_stream();  // on the CPU device
+SG_API Stream& current_stream();                 // on the CPU device
 SG_API void set_current_stream(Stream* stream);  // null restores the default
 
 class SG_API StreamGuard {

@@ -28,8 +28,9 @@ using SymBindings = std::unordered_map<std::string, std::int64_t>;
 class SG_API SymInt {
  public:
   SymInt() = default;
-  SymInt(std::int64_t value) : value_(value) {}  // NOLINT(google-explicit-constructor): an int is a SymInt
-  SymInt(int value) : value_(value) {}           // NOLINT(google-explicit-constructor)
+  SymInt(std::int64_t value)
+      : value_(value) {}                // NOLINT(google-explicit-constructor): an int is a SymInt
+  SymInt(int value) : value_(value) {}  // NOLINT(google-explicit-constructor)
 
   static SymInt symbol(const std::string& name);
   static SymInt from_expr(std::shared_ptr<const SymExpr> expr);

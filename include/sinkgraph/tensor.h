@@ -72,7 +72,8 @@ class SG_API Tensor {
   }
   static Tensor from_ints(std::initializer_list<std::int64_t> values, const Shape& shape,
                           DType dtype = DType::i64, Device& device = cpu()) {
-    return from_ints(std::span<const std::int64_t>(values.begin(), values.size()), shape, dtype, device);
+    return from_ints(std::span<const std::int64_t>(values.begin(), values.size()), shape, dtype,
+                     device);
   }
   // A tensor over existing storage (views).
   Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Strides& strides,
@@ -87,7 +88,8 @@ class SG_API Tensor {
   [[nodiscard]] DType dtype() const { return dtype_; }
   // Concrete shape; on a traced tensor with a symbolic dim, throws (use sym_shape()).
   [[nodiscard]] const Shape& shape() const {
-    if (symbolic_) [[unlikely]] throw_symbolic_shape();
+    if (symbolic_) [[unlikely]]
+      throw_symbolic_shape();
     return shape_;
   }
   [[nodiscard]] SymShape sym_shape() const;
@@ -102,7 +104,9 @@ class SG_API Tensor {
   [[nodiscard]] const std::shared_ptr<Storage>& storage() const { return storage_; }
   // Address of element 0 of this view (device memory).
   [[nodiscard]] void* data_ptr() const;
-  [[nodiscard]] bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  [[nodiscard]] bool shares_storage(const Tensor& other) const {
+    return storage_ == other.storage_;
+  }
   // The POD description kernels receive (Note [Kernel ABI]).
   [[nodiscard]] TensorArg arg() const;
 

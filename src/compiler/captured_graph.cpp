@@ -6,13 +6,14 @@
 // frozen_parameter. A sym that feeds only updatable slots (a decode position)
 // is not in the key: one capture serves every value, and each replay writes
 // the value into the captured nodes.
+#include "captured_graph.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <set>
 #include <sstream>
 
-#include "captured_graph.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
@@ -48,10 +49,12 @@ std::string ptr_text(const void* p) {
 
 class CapturedGraph final : public ConcreteGraph {
  public:
-  CapturedGraph(std::unique_ptr<ir::Graph> graph, const CompilerConfig& config, std::vector<std::string> notes)
+  CapturedGraph(std::unique_ptr<ir::Graph> graph, const CompilerConfig& config,
+                std::vector<std::string> notes)
       : graph_(std::move(graph)), config_(config), notes_(std::move(notes)) {
     analyze();
-    copy_kernel_ = OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
+    copy_kernel_ =
+        OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
   }
 
   ~CapturedGraph() override { reset(); }
@@ -73,7 +76,8 @@ class CapturedGraph final : public ConcreteGraph {
     GraphCounters c = counters_;
     std::set<const MemPool*> seen;
     for (const auto& e : entries_) {
-      if (seen.insert(e->pool.get()).second) c.pool_reserved_bytes += e->pool->stats().reserved_bytes;
+      if (seen.insert(e->pool.get()).second)
+        c.pool_reserved_bytes += e->pool->stats().reserved_bytes;
     }
     return c;
   }
@@ -100,12 +104,16 @@ class CapturedGraph final : public ConcreteGraph {
 
   void analyze();
   void bind(std::span<const ir::RtValue> inputs, std::vector<std::int64_t>& values) const;
-  std::vector<std::int64_t> key_of(std::span<const ir::RtValue> inputs, const std::vector<std::int64_t>& values) const;
-  std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs, std::vector<std::int64_t> key);
+  std::vector<std::int64_t> key_of(std::span<const ir::RtValue> inputs,
+                                   const std::vector<std::int64_t>& values) const;
+  std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs,
+                                 std::vector<std::int64_t> key);
   std::vector<ir::RtValue> replay(Entry& e, std::span<const ir::RtValue> inputs,
                                   const std::vector<std::int64_t>& values);
   std::vector<ir::RtValue> run_eagerly(std::span<const ir::RtValue> inputs);
-  void log(const std::string& line) { log_.push_back("call " + std::to_string(calls_) + ": " + line); }
+  void log(const std::string& line) {
+    log_.push_back("call " + std::to_string(calls_) + ": " + line);
+  }
   void reset_locked();
   const void* address(const ir::RtValue& v) const { return std::get<Tensor>(v).data_ptr(); }
 
@@ -116,12 +124,12 @@ class CapturedGraph final : public ConcreteGraph {
   std::string writer_name_ = "graph @" + graph_->name;
 
   // Analysis (Note [Graph keys]).
-  std::vector<SymbolSource> symbols_;     // every bound symbol, in binding order
-  bool has_derived_dims_ = false;         // an input dim is an expression, not a plain symbol
+  std::vector<SymbolSource> symbols_;  // every bound symbol, in binding order
+  bool has_derived_dims_ = false;      // an input dim is an expression, not a plain symbol
   std::vector<std::string> symbol_names_;
-  std::vector<int> key_symbols_;          // indices into symbols_
+  std::vector<int> key_symbols_;  // indices into symbols_
   std::vector<int> param_inputs_, user_inputs_, mutated_inputs_;
-  std::vector<int> output_alias_;         // per output: the input it aliases, or -1
+  std::vector<int> output_alias_;  // per output: the input it aliases, or -1
   struct Updatable {
     const ir::Node* node;
     int scalar_index;
@@ -207,7 +215,8 @@ void CapturedGraph::analyze() {
   // Outputs that are (in-place results of) inputs return the caller's tensor.
   for (const ir::Value* out : graph_->outputs) {
     const ir::Value* v = out;
-    while (v->producer != nullptr && v->producer->op->schema.alias_of == 0 && !v->producer->op->schema.is_view) {
+    while (v->producer != nullptr && v->producer->op->schema.alias_of == 0 &&
+           !v->producer->op->schema.is_view) {
       v = v->producer->operands[0];
     }
     int alias = -1;
@@ -218,10 +227,11 @@ void CapturedGraph::analyze() {
   }
 }
 
-void CapturedGraph::bind(std::span<const ir::RtValue> inputs, std::vector<std::int64_t>& values) const {
+void CapturedGraph::bind(std::span<const ir::RtValue> inputs,
+                         std::vector<std::int64_t>& values) const {
   const auto& ins = graph_->inputs();
-  SG_CHECK(inputs.size() == ins.size(), "graph @", graph_->name, " takes ", ins.size(), " inputs, got ",
-           inputs.size());
+  SG_CHECK(inputs.size() == ins.size(), "graph @", graph_->name, " takes ", ins.size(),
+           " inputs, got ", inputs.size());
   // Cheap checks of the common case; anything unusual gets bind_symbols' full
   // validation and its error message.
   bool simple = true;
@@ -255,7 +265,8 @@ std::vector<std::int64_t> CapturedGraph::key_of(std::span<const ir::RtValue> inp
   for (const int k : key_symbols_) key.push_back(values[static_cast<std::size_t>(k)]);
   if (!config_.frozen_parameter) {
     for (const int p : param_inputs_) {
-      key.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(address(inputs[static_cast<std::size_t>(p)]))));
+      key.push_back(static_cast<std::int64_t>(
+          reinterpret_cast<std::uintptr_t>(address(inputs[static_cast<std::size_t>(p)]))));
     }
   }
   return key;
@@ -290,7 +301,8 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
     for (std::size_t m = 0; m < mutated_inputs_.size(); ++m) {
       const void* now = address(inputs[static_cast<std::size_t>(mutated_inputs_[m])]);
       if (now != entry->mutated_addrs[m]) {
-        reason = "mutated input %" + graph_->inputs()[static_cast<std::size_t>(mutated_inputs_[m])]->name +
+        reason = "mutated input %" +
+                 graph_->inputs()[static_cast<std::size_t>(mutated_inputs_[m])]->name +
                  " moved from " + ptr_text(entry->mutated_addrs[m]) + " to " + ptr_text(now) +
                  " (captured kernels write its old address)";
         ++counters_.recapture_due_to_mutated_input_change;
@@ -317,12 +329,14 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
     // A new key: say which part is new.
     std::string values_text;
     for (std::size_t k = 0; k < sym_part; ++k) {
-      values_text += (k > 0 ? ", " : "") + symbols_[static_cast<std::size_t>(key_symbols_[k])].name + "=" +
+      values_text += (k > 0 ? ", " : "") +
+                     symbols_[static_cast<std::size_t>(key_symbols_[k])].name + "=" +
                      std::to_string(key[k]);
     }
     bool same_syms_other_params = false;
     for (const auto& e : entries_) {
-      if (std::equal(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(sym_part), e->key.begin())) {
+      if (std::equal(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(sym_part),
+                     e->key.begin())) {
         same_syms_other_params = true;
       }
     }
@@ -349,8 +363,9 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
   if (entry == nullptr || recapture) {
     for (std::int64_t w = 0; w < config_.warmup_iters; ++w) (void)ir::interpret(*graph_, inputs);
     std::unique_ptr<Entry> fresh = capture(inputs, key);
-    log((recapture ? "re-capture: " : "capture: ") + reason + "; " + std::to_string(fresh->device_graph.nodes.size()) +
-        " nodes in " + std::to_string(fresh->capture_ms).substr(0, 6) + " ms, pool '" + fresh->pool->name() +
+    log((recapture ? "re-capture: " : "capture: ") + reason + "; " +
+        std::to_string(fresh->device_graph.nodes.size()) + " nodes in " +
+        std::to_string(fresh->capture_ms).substr(0, 6) + " ms, pool '" + fresh->pool->name() +
         "' reserves " + std::to_string(fresh->pool_bytes) + " B");
     ++counters_.captured;
     if (recapture) {
@@ -380,7 +395,8 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     if (!shared_pool_) shared_pool_ = cpu().allocator().create_pool("graph @" + graph_->name);
     e->pool = shared_pool_;
   } else {
-    e->pool = cpu().allocator().create_pool("graph @" + graph_->name + " key " + std::to_string(entries_.size()));
+    e->pool = cpu().allocator().create_pool("graph @" + graph_->name + " key " +
+                                            std::to_string(entries_.size()));
   }
   const std::int64_t reserved_before = e->pool->stats().reserved_bytes;
   Stream& stream = current_stream(cpu());
@@ -402,8 +418,10 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     }
     capture_inputs[static_cast<std::size_t>(i)] = e->static_inputs[static_cast<std::size_t>(i)];
   }
-  for (const int i : mutated_inputs_) e->mutated_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
-  for (const int i : param_inputs_) e->param_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
+  for (const int i : mutated_inputs_)
+    e->mutated_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
+  for (const int i : param_inputs_)
+    e->param_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
 
   // Record: run the graph through the dispatcher with the stream capturing,
   // noting which device node each IR node launched.
@@ -423,7 +441,8 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   }
   e->device_graph = stream.end_capture();
   for (const Updatable& u : updatables_) {
-    const auto it = std::find_if(launched.begin(), launched.end(), [&](const auto& l) { return l.first == u.node; });
+    const auto it = std::find_if(launched.begin(), launched.end(),
+                                 [&](const auto& l) { return l.first == u.node; });
     SG_ASSERT(it != launched.end() && it->second > 0, "updatable node %", u.node->result()->name,
               " launched no kernel");
     e->device_graph.nodes[it->second - 1].updates.push_back({u.scalar_index, u.expr});
@@ -437,7 +456,8 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     e->stamps.push_back(std::move(stamp));
   }
   e->pool_bytes = e->pool->stats().reserved_bytes - reserved_before;
-  e->capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  e->capture_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return e;
 }
 
@@ -486,22 +506,25 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
 std::string CapturedGraph::explain() const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;
-  out << "CapturedGraph: " << entries_.size() << " captured key(s) of at most " << config_.capture_limit
+  out << "CapturedGraph: " << entries_.size() << " captured key(s) of at most "
+      << config_.capture_limit
       << (eager_forever_ ? " (capture limit reached: running eagerly)" : "") << "; key syms:";
   if (key_symbols_.empty()) out << " (none)";
   for (const int k : key_symbols_) out << " " << symbols_[static_cast<std::size_t>(k)].name;
-  out << (config_.frozen_parameter ? "" : " + param addresses") << "; updatable slots: " << updatables_.size()
-      << "\n";
+  out << (config_.frozen_parameter ? "" : " + param addresses")
+      << "; updatable slots: " << updatables_.size() << "\n";
   out << "  counters: captured " << counters_.captured << ", replayed " << counters_.replayed
-      << ", recapture_due_to_mutated_input_change " << counters_.recapture_due_to_mutated_input_change
-      << ", recapture_due_to_parameter_change " << counters_.recapture_due_to_parameter_change
-      << ", recapture_due_to_force_recapture " << counters_.recapture_due_to_force_recapture
-      << ", eager_fallback_due_to_capture_limit " << counters_.eager_fallback_due_to_capture_limit << "\n";
+      << ", recapture_due_to_mutated_input_change "
+      << counters_.recapture_due_to_mutated_input_change << ", recapture_due_to_parameter_change "
+      << counters_.recapture_due_to_parameter_change << ", recapture_due_to_force_recapture "
+      << counters_.recapture_due_to_force_recapture << ", eager_fallback_due_to_capture_limit "
+      << counters_.eager_fallback_due_to_capture_limit << "\n";
   for (const auto& line : log_) out << "  " << line << "\n";
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
-    out << "  key " << i << ": " << e.device_graph.nodes.size() << " nodes, captured in " << e.capture_ms
-        << " ms, pool '" << e.pool->name() << "' +" << e.pool_bytes << " B, replayed " << e.replays << " times\n";
+    out << "  key " << i << ": " << e.device_graph.nodes.size() << " nodes, captured in "
+        << e.capture_ms << " ms, pool '" << e.pool->name() << "' +" << e.pool_bytes
+        << " B, replayed " << e.replays << " times\n";
   }
   for (const auto& note : notes_) out << "  note: " << note << "\n";
   return out.str();
@@ -509,7 +532,8 @@ std::string CapturedGraph::explain() const {
 
 }  // namespace
 
-std::unique_ptr<ConcreteGraph> make_captured_graph(std::unique_ptr<ir::Graph> graph, const CompilerConfig& config,
+std::unique_ptr<ConcreteGraph> make_captured_graph(std::unique_ptr<ir::Graph> graph,
+                                                   const CompilerConfig& config,
                                                    std::vector<std::string> notes) {
   return std::make_unique<CapturedGraph>(std::move(graph), config, std::move(notes));
 }

@@ -6,13 +6,14 @@
 
 namespace sinkgraph {
 
-CompiledFunction::CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend, TraceOptions options)
+CompiledFunction::CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend,
+                                   TraceOptions options)
     : fn_(std::move(fn)), backend_(std::move(backend)), options_(std::move(options)) {
   SG_CHECK(fn_ != nullptr, "compile: the function is empty");
   SG_CHECK(backend_ != nullptr, "compile: the backend is null");
   for (const auto& [name, d] : backend_->decompositions()) {
-    SG_CHECK(OpRegistry::instance().find(name) != nullptr, "custom_decompositions: unknown operator '",
-             name, "'");
+    SG_CHECK(OpRegistry::instance().find(name) != nullptr,
+             "custom_decompositions: unknown operator '", name, "'");
     options_.decompositions[name] = d;
   }
 }
@@ -34,15 +35,17 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
       ++eager_calls_;
       if (!limit_warned_) {
         limit_warned_ = true;
-        const std::string msg = "recompile limit (" + std::to_string(backend_->config().recompile_limit) +
-                                ") reached: " + why + "; running this call and later unmatched calls eagerly";
+        const std::string msg =
+            "recompile limit (" + std::to_string(backend_->config().recompile_limit) +
+            ") reached: " + why + "; running this call and later unmatched calls eagerly";
         log_.push_back(msg);
         std::fprintf(stderr, "sinkgraph: warning: %s\n", msg.c_str());
       }
       return fn_(args);
     }
     auto e = std::make_unique<Entry>();
-    e->reason = entries_.empty() ? "first call" : "guards of every earlier graph failed (" + why + ")";
+    e->reason =
+        entries_.empty() ? "first call" : "guards of every earlier graph failed (" + why + ")";
     e->traced = trace(fn_, args, options_);
     ++traces_;
     e->compiled = backend_->compile(e->traced);
@@ -98,8 +101,9 @@ std::string CompiledFunction::explain(bool with_device_graphs) const {
     out += "graph " + std::to_string(i) + ": traced because: " + e.reason + "\n";
     out += "  guards: " + e.traced.guards.str() + "\n";
     out += "  inputs: " + std::to_string(e.traced.graph->inputs().size()) + " (" +
-           std::to_string(e.traced.params.size()) + " params), nodes: " +
-           std::to_string(e.compiled->graph().nodes().size()) + ", calls: " + std::to_string(e.calls) + "\n";
+           std::to_string(e.traced.params.size()) +
+           " params), nodes: " + std::to_string(e.compiled->graph().nodes().size()) +
+           ", calls: " + std::to_string(e.calls) + "\n";
     out += "  " + e.compiled->explain();
     if (with_device_graphs) out += e.compiled->device_graph_text();
   }

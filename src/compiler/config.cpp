@@ -23,7 +23,8 @@ Mode parse_mode(const std::string& text) {
   for (const Mode m : {Mode::eager, Mode::reduce_overhead, Mode::max_autotune}) {
     if (text == mode_name(m)) return m;
   }
-  SG_CHECK(false, "unknown mode '", text, "'; expected \"eager\", \"reduce-overhead\" or \"max-autotune\"");
+  SG_CHECK(false, "unknown mode '", text,
+           "'; expected \"eager\", \"reduce-overhead\" or \"max-autotune\"");
   return Mode::eager;
 }
 
@@ -59,7 +60,9 @@ Option bool_option(const char* name) {
 
 template <std::int64_t CompilerConfig::*Field>
 Option count_option(const char* name, std::int64_t min) {
-  return {[name, min](CompilerConfig& c, const std::string& v) { c.*Field = parse_count(name, v, min); },
+  return {[name, min](CompilerConfig& c, const std::string& v) {
+            c.*Field = parse_count(name, v, min);
+          },
           [](const CompilerConfig& c) { return std::to_string(c.*Field); }};
 }
 
@@ -87,10 +90,14 @@ const std::vector<std::pair<std::string, Option>>& options() {
               return;
             }
           }
-          SG_CHECK(false, "option 'capture_error_mode' expects \"global\", \"thread_local\" or "
-                          "\"relaxed\", got '", v, "'");
+          SG_CHECK(false,
+                   "option 'capture_error_mode' expects \"global\", \"thread_local\" or "
+                   "\"relaxed\", got '",
+                   v, "'");
         },
-        [](const CompilerConfig& c) { return std::string(error_mode_name(c.capture_error_mode)); }}},
+        [](const CompilerConfig& c) {
+          return std::string(error_mode_name(c.capture_error_mode));
+        }}},
       {"clone_input", bool_option<&CompilerConfig::clone_input>("clone_input")},
       {"clone_output", bool_option<&CompilerConfig::clone_output>("clone_output")},
       {"frozen_parameter", bool_option<&CompilerConfig::frozen_parameter>("frozen_parameter")},
@@ -98,8 +105,9 @@ const std::vector<std::pair<std::string, Option>>& options() {
        bool_option<&CompilerConfig::reuse_graph_pool_in_same_fx>("reuse_graph_pool_in_same_fx")},
       {"use_graph_pool",
        {[](CompilerConfig&, const std::string& v) {
-          SG_CHECK(v == "none", "option 'use_graph_pool' takes a MemPool in code "
-                                "(CompilerConfig::use_graph_pool); as text only \"none\" is accepted, got '",
+          SG_CHECK(v == "none",
+                   "option 'use_graph_pool' takes a MemPool in code "
+                   "(CompilerConfig::use_graph_pool); as text only \"none\" is accepted, got '",
                    v, "'");
         },
         [](const CompilerConfig& c) {
@@ -107,8 +115,10 @@ const std::vector<std::pair<std::string, Option>>& options() {
         }}},
       {"warmup_iters", count_option<&CompilerConfig::warmup_iters>("warmup_iters", 0)},
       {"inplace_pass", bool_option<&CompilerConfig::inplace_pass>("inplace_pass")},
-      {"input_inplace_pass", bool_option<&CompilerConfig::input_inplace_pass>("input_inplace_pass")},
-      {"pattern_fusion_pass", bool_option<&CompilerConfig::pattern_fusion_pass>("pattern_fusion_pass")},
+      {"input_inplace_pass",
+       bool_option<&CompilerConfig::input_inplace_pass>("input_inplace_pass")},
+      {"pattern_fusion_pass",
+       bool_option<&CompilerConfig::pattern_fusion_pass>("pattern_fusion_pass")},
       {"remove_noop_ops", bool_option<&CompilerConfig::remove_noop_ops>("remove_noop_ops")},
       {"remove_cat_ops", bool_option<&CompilerConfig::remove_cat_ops>("remove_cat_ops")},
       {"memory_planning", bool_option<&CompilerConfig::memory_planning>("memory_planning")},
@@ -135,7 +145,9 @@ void CompilerConfig::set(const std::string& name, const std::string& value) {
   find_option(name).set(*this, value);
 }
 
-std::string CompilerConfig::get(const std::string& name) const { return find_option(name).get(*this); }
+std::string CompilerConfig::get(const std::string& name) const {
+  return find_option(name).get(*this);
+}
 
 const std::vector<std::string>& CompilerConfig::option_names() {
   static const std::vector<std::string> names = [] {
@@ -149,8 +161,8 @@ const std::vector<std::string>& CompilerConfig::option_names() {
 std::string CompilerConfig::str() const {
   std::string out;
   for (const auto& [n, o] : options()) out += n + " = " + o.get(*this) + "\n";
-  out += "pre_passes = " + std::to_string(pre_passes.size()) + ", post_passes = " +
-         std::to_string(post_passes.size()) + "\n";
+  out += "pre_passes = " + std::to_string(pre_passes.size()) +
+         ", post_passes = " + std::to_string(post_passes.size()) + "\n";
   return out;
 }
 

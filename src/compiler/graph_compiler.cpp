@@ -19,16 +19,16 @@ namespace {
 
 class EagerGraph final : public ConcreteGraph {
  public:
-  EagerGraph(std::unique_ptr<ir::Graph> graph, std::vector<std::string> notes, std::string data_dump)
+  EagerGraph(std::unique_ptr<ir::Graph> graph, std::vector<std::string> notes,
+             std::string data_dump)
       : graph_(std::move(graph)), notes_(std::move(notes)), data_dump_(std::move(data_dump)) {}
 
   std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) override {
     ++runs_;
     if (data_dump_.empty() || dumped_) return ir::interpret(*graph_, inputs);
     dumped_ = true;
-    return ir::interpret(*graph_, inputs, [this](const ir::Node& node, const Tensor& out) {
-      dump(node, out);
-    });
+    return ir::interpret(*graph_, inputs,
+                         [this](const ir::Node& node, const Tensor& out) { dump(node, out); });
   }
   [[nodiscard]] std::string kind() const override { return "EagerGraph"; }
   [[nodiscard]] const ir::Graph& graph() const override { return *graph_; }
@@ -87,7 +87,8 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
           "implemented yet; it runs the reduce-overhead pipeline (capture and replay)");
     }
     if (config_.inplace_pass || config_.input_inplace_pass) {
-      notes.emplace_back("inplace_pass / input_inplace_pass are not implemented yet and were skipped");
+      notes.emplace_back(
+          "inplace_pass / input_inplace_pass are not implemented yet and were skipped");
     }
     for (const auto& note : notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
   }
@@ -120,10 +121,12 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
     const auto it = ctx.param_data.find(in->name);
     SG_ASSERT(in->kind == ir::InputKind::param && it != ctx.param_data.end(),
               "a pass added input %", in->name, " without its data");
-    traced.bindings.push_back({InputBinding::Source::param, static_cast<int>(traced.params.size())});
+    traced.bindings.push_back(
+        {InputBinding::Source::param, static_cast<int>(traced.params.size())});
     traced.params.push_back(it->second);
   }
-  if (eager) return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
+  if (eager)
+    return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
   return detail::make_captured_graph(traced.graph->clone(), config_, std::move(notes));
 }
 

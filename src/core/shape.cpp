@@ -57,8 +57,9 @@ std::string shape_str(const SymShape& shape) {
 int wrap_dim(std::int64_t dim, int ndim, const char* what) {
   const std::int64_t lo = -std::max(ndim, 1);
   const std::int64_t hi = std::max(ndim, 1) - 1;
-  SG_CHECK(dim >= lo && dim <= hi, what, ": dimension ", dim, " is out of range for a tensor of rank ",
-           ndim, " (expected a value in [", lo, ", ", hi, "])");
+  SG_CHECK(dim >= lo && dim <= hi, what, ": dimension ", dim,
+           " is out of range for a tensor of rank ", ndim, " (expected a value in [", lo, ", ", hi,
+           "])");
   return static_cast<int>(dim < 0 ? dim + std::max(ndim, 1) : dim);
 }
 

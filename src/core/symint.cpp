@@ -53,7 +53,7 @@ SymInt make_atom(SymExpr::Atom::Kind kind, const SymInt& a, const SymInt& b) {
     return compound ? "(" + text + ")" : text;
   };
   atom->key = kind == SymExpr::Atom::Kind::floordiv ? "floor(" + operand(a) + "/" + operand(b) + ")"
-                                                     : "mod(" + a.str() + "," + b.str() + ")";
+                                                    : "mod(" + a.str() + "," + b.str() + ")";
   auto wrap = [](const SymInt& v) {
     return v.is_symbolic() ? v.expr() : std::make_shared<SymExpr>(terms_of(v));
   };
@@ -152,7 +152,8 @@ SymInt SymInt::from_expr(std::shared_ptr<const SymExpr> expr) {
 }
 
 std::int64_t SymInt::value() const {
-  SG_CHECK(expr_ == nullptr, "the size '", expr_ ? expr_->str() : "", "' is symbolic where a concrete integer is needed");
+  SG_CHECK(expr_ == nullptr, "the size '", expr_ ? expr_->str() : "",
+           "' is symbolic where a concrete integer is needed");
   return value_;
 }
 
@@ -222,7 +223,8 @@ SymInt floordiv(const SymInt& a, const SymInt& b) {
     if (b.value_ == 1) return a;
     // Exact division of every coefficient keeps the polynomial form.
     Terms t = terms_of(a);
-    if (std::all_of(t.begin(), t.end(), [&](const auto& kv) { return kv.second % b.value_ == 0; })) {
+    if (std::all_of(t.begin(), t.end(),
+                    [&](const auto& kv) { return kv.second % b.value_ == 0; })) {
       for (auto& kv : t) kv.second /= b.value_;
       return from_terms(std::move(t));
     }
@@ -242,7 +244,8 @@ SymInt mod(const SymInt& a, const SymInt& b) {
 
 bool operator==(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return a.value_ == b.value_;
-  if (a.is_symbolic() != b.is_symbolic()) return false;  // canonical: a symbolic value is never a constant
+  if (a.is_symbolic() != b.is_symbolic())
+    return false;  // canonical: a symbolic value is never a constant
   return a.str() == b.str();
 }
 

@@ -20,7 +20,8 @@ const char* input_kind_name(InputKind kind) {
 }
 
 bool parse_input_kind(std::string_view text, InputKind& out) {
-  for (const InputKind k : {InputKind::param, InputKind::input, InputKind::mutated, InputKind::sym}) {
+  for (const InputKind k :
+       {InputKind::param, InputKind::input, InputKind::mutated, InputKind::sym}) {
     if (text == input_kind_name(k)) {
       out = k;
       return true;
@@ -107,7 +108,8 @@ Node* Graph::add_node(const OpDef& op, std::vector<Value*> operands, std::vector
   Node* raw = node.get();
   auto pos = nodes_.end();
   if (before != nullptr) {
-    pos = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == before; });
+    pos = std::find_if(nodes_.begin(), nodes_.end(),
+                       [&](const auto& n) { return n.get() == before; });
     SG_ASSERT(pos != nodes_.end(), "add_node: `before` is not in this graph");
   }
   nodes_.insert(pos, std::move(node));
@@ -126,7 +128,8 @@ void Graph::erase(Node* node) {
   for (const Value* r : node->results) {
     SG_ASSERT(num_uses(r) == 0, "erase: %", r->name, " still has uses");
   }
-  const auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == node; });
+  const auto it =
+      std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == node; });
   SG_ASSERT(it != nodes_.end(), "erase: node is not in this graph");
   for (Value* r : node->results) {
     by_name_.erase(r->name);
@@ -157,7 +160,8 @@ std::unique_ptr<Graph> Graph::clone() const {
   auto out = std::make_unique<Graph>(name);
   std::unordered_map<const Value*, Value*> map;
   for (const Value* in : inputs_) {
-    Value* v = in->is_sym ? out->add_sym_input(in->name) : out->add_input(in->name, in->meta, in->kind);
+    Value* v =
+        in->is_sym ? out->add_sym_input(in->name) : out->add_input(in->name, in->meta, in->kind);
     v->loc = in->loc;
     map[in] = v;
   }

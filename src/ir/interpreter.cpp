@@ -25,8 +25,8 @@ SymBindings bind_symbols(const Graph& graph, std::span<const RtValue> inputs) {
     const auto* t = std::get_if<Tensor>(&inputs[i]);
     SG_CHECK(t != nullptr && t->defined(), "graph @", graph.name, ": input %", v->name,
              " needs a tensor");
-    SG_CHECK(t->dtype() == v->meta.dtype, "graph @", graph.name, ": input %", v->name, " has dtype ",
-             dtype_name(t->dtype()), "; expected ", dtype_name(v->meta.dtype));
+    SG_CHECK(t->dtype() == v->meta.dtype, "graph @", graph.name, ": input %", v->name,
+             " has dtype ", dtype_name(t->dtype()), "; expected ", dtype_name(v->meta.dtype));
     SG_CHECK(t->ndim() == v->meta.shape.size(), "graph @", graph.name, ": input %", v->name,
              " has shape ", shape_str(t->shape()), "; expected ", shape_str(v->meta.shape));
     for (int d = 0; d < t->ndim(); ++d) {

@@ -11,7 +11,8 @@ namespace sinkgraph::models {
 
 void LlamaConfig::validate(const std::string& source) const {
   const auto in_range = [&](const char* name, std::int64_t v, std::int64_t hi) {
-    SG_CHECK(v >= 1 && v <= hi, source, ": ", name, " is ", v, "; expected 1 <= ", name, " <= ", hi);
+    SG_CHECK(v >= 1 && v <= hi, source, ": ", name, " is ", v, "; expected 1 <= ", name,
+             " <= ", hi);
   };
   in_range("dim", dim, 1 << 16);
   in_range("hidden_dim", hidden_dim, 1 << 20);
@@ -21,19 +22,21 @@ void LlamaConfig::validate(const std::string& source) const {
   in_range("vocab_size", vocab_size, 1 << 24);
   in_range("max_seq_len", max_seq_len, 1 << 20);
   SG_CHECK(dim % n_heads == 0, source, ": dim ", dim, " is not a multiple of n_heads ", n_heads);
-  SG_CHECK(n_heads % n_kv_heads == 0, source, ": n_heads ", n_heads, " is not a multiple of n_kv_heads ",
-           n_kv_heads);
+  SG_CHECK(n_heads % n_kv_heads == 0, source, ": n_heads ", n_heads,
+           " is not a multiple of n_kv_heads ", n_kv_heads);
   SG_CHECK(head_size() % 2 == 0, source, ": head size dim/n_heads = ", head_size(),
            " must be even for rotary embeddings");
-  SG_CHECK(std::isfinite(norm_eps) && norm_eps >= 0 && norm_eps < 1, source, ": norm_eps ", norm_eps,
-           " must be in [0, 1)");
-  SG_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source, ": rope_theta ", rope_theta, " must be > 0");
+  SG_CHECK(std::isfinite(norm_eps) && norm_eps >= 0 && norm_eps < 1, source, ": norm_eps ",
+           norm_eps, " must be in [0, 1)");
+  SG_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source, ": rope_theta ", rope_theta,
+           " must be > 0");
 }
 
 std::string LlamaConfig::str() const {
   std::ostringstream out;
-  out << "dim " << dim << ", hidden " << hidden_dim << ", layers " << n_layers << ", heads " << n_heads
-      << ", kv heads " << n_kv_heads << ", vocab " << vocab_size << ", seq_len " << max_seq_len << ", rope "
+  out << "dim " << dim << ", hidden " << hidden_dim << ", layers " << n_layers << ", heads "
+      << n_heads << ", kv heads " << n_kv_heads << ", vocab " << vocab_size << ", seq_len "
+      << max_seq_len << ", rope "
       << (rope_style == ops::RopeStyle::interleaved ? "interleaved" : "half")
       << (shared_classifier ? ", shared classifier" : ", separate classifier");
   return out.str();
@@ -43,8 +46,8 @@ namespace {
 
 void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
   SG_CHECK(t.defined(), "model: tensor ", name, " is missing");
-  SG_CHECK(t.shape() == want, "model: tensor ", name, " has shape ", shape_str(t.shape()), "; expected ",
-           shape_str(want));
+  SG_CHECK(t.shape() == want, "model: tensor ", name, " has shape ", shape_str(t.shape()),
+           "; expected ", shape_str(want));
   SG_CHECK(t.dtype() == DType::f32, "model: tensor ", name, " has dtype ", dtype_name(t.dtype()),
            "; expected f32");
 }
@@ -56,8 +59,8 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
   config_.validate("model");
   const LlamaConfig& c = config_;
   check_shape(weights_.tok_embeddings, {c.vocab_size, c.dim}, "tok_embeddings.weight");
-  SG_CHECK(static_cast<std::int64_t>(weights_.layers.size()) == c.n_layers, "model: ", weights_.layers.size(),
-           " layers of weights for n_layers ", c.n_layers);
+  SG_CHECK(static_cast<std::int64_t>(weights_.layers.size()) == c.n_layers,
+           "model: ", weights_.layers.size(), " layers of weights for n_layers ", c.n_layers);
   for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
     const LlamaLayer& l = weights_.layers[i];
     const std::string p = "layers." + std::to_string(i) + ".";
@@ -116,7 +119,8 @@ Tensor LlamaModel::new_kv_cache() const {
 
 TracedFn LlamaModel::as_function() const {
   return [this](std::span<const Arg> args) -> std::vector<Tensor> {
-    SG_CHECK(args.size() == 3, "llama: expected (tokens, pos, kv_cache), got ", args.size(), " arguments");
+    SG_CHECK(args.size() == 3, "llama: expected (tokens, pos, kv_cache), got ", args.size(),
+             " arguments");
     const auto* pos = std::get_if<SymInt>(&args[1]);
     const SymInt p = pos != nullptr ? *pos : SymInt(std::get<std::int64_t>(args[1]));
     return {forward(std::get<Tensor>(args[0]), p, std::get<Tensor>(args[2]))};

@@ -1,7 +1,7 @@
 #pragma once
 // The eager dispatcher (internal): validate, infer, allocate, launch.
-#include <initializer_list>
 #include <array>
+#include <initializer_list>
 #include <span>
 #include <vector>
 

@@ -46,7 +46,6 @@ TensorMeta div_shape(const ShapeArgs& args) {
   return binary_shape<kDiv>(args);
 }
 
-
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& r) {

@@ -37,7 +37,8 @@ TensorMeta index_copy_shape(const ShapeArgs& args) {
   }
   const auto rows = src.shape[0].maybe_value();
   const auto cap = dst.shape[0].maybe_value();
-  SG_CHECK(!rows || !cap || *rows <= *cap, "index_copy_: src has ", *rows, " rows but dst only ", *cap);
+  SG_CHECK(!rows || !cap || *rows <= *cap, "index_copy_: src has ", *rows, " rows but dst only ",
+           *cap);
   const auto index = args.sym(0).maybe_value();
   SG_CHECK(!index || *index >= 0, "index_copy_: index ", *index, " is negative");
   return dst;
@@ -66,7 +67,8 @@ TensorMeta arange_shape(const ShapeArgs& args) {
 }  // namespace
 
 void register_memory_ops(OpRegistry& r) {
-  OpDef copy = make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape, k::copy);
+  OpDef copy =
+      make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape, k::copy);
   copy.schema.alias_of = 0;
   r.add(std::move(copy));
   OpDef index_copy = make_op(kIndexCopy,
@@ -76,12 +78,15 @@ void register_memory_ops(OpRegistry& r) {
                              index_copy_shape, k::index_copy);
   index_copy.schema.alias_of = 0;
   r.add(std::move(index_copy));
-  OpDef fill = make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}}, fill_shape, k::fill);
+  OpDef fill = make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}},
+                       fill_shape, k::fill);
   fill.schema.alias_of = 0;
   r.add(std::move(fill));
-  r.add(make_op(kFull, {{"shape", ArgKind::int_list}, {"value", ArgKind::real}, {"dtype", ArgKind::dtype}},
+  r.add(make_op(kFull,
+                {{"shape", ArgKind::int_list}, {"value", ArgKind::real}, {"dtype", ArgKind::dtype}},
                 full_shape, k::fill));
-  r.add(make_op(kArange, {{"n", ArgKind::integer}, {"dtype", ArgKind::dtype}}, arange_shape, k::arange));
+  r.add(make_op(kArange, {{"n", ArgKind::integer}, {"dtype", ArgKind::dtype}}, arange_shape,
+                k::arange));
 }
 
 }  // namespace detail
@@ -91,21 +96,28 @@ namespace ops {
 using detail::call;
 using detail::op_def;
 
-Tensor copy_(const Tensor& dst, const Tensor& src) { return call(op_def<detail::kCopy>(), {&dst, &src}); }
+Tensor copy_(const Tensor& dst, const Tensor& src) {
+  return call(op_def<detail::kCopy>(), {&dst, &src});
+}
 
 Tensor index_copy_(const Tensor& dst, const SymInt& index, const Tensor& src) {
   return call(op_def<detail::kIndexCopy>(), {&dst, &src}, {index});
 }
 
-Tensor fill_(const Tensor& dst, double value) { return call(op_def<detail::kFill>(), {&dst}, {value}); }
+Tensor fill_(const Tensor& dst, double value) {
+  return call(op_def<detail::kFill>(), {&dst}, {value});
+}
 
 Tensor full(const SymShape& shape, double value, DType dtype) {
-  return call(op_def<detail::kFull>(), {}, {std::vector<SymInt>(shape.begin(), shape.end()), value, dtype});
+  return call(op_def<detail::kFull>(), {},
+              {std::vector<SymInt>(shape.begin(), shape.end()), value, dtype});
 }
 
 Tensor zeros(const SymShape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 
-Tensor arange(const SymInt& n, DType dtype) { return call(op_def<detail::kArange>(), {}, {n, dtype}); }
+Tensor arange(const SymInt& n, DType dtype) {
+  return call(op_def<detail::kArange>(), {}, {n, dtype});
+}
 
 }  // namespace ops
 }  // namespace sinkgraph

@@ -29,18 +29,19 @@ TensorMeta matmul_shape(const ShapeArgs& args) {
   check_same_dtype(a, b, kMatmul, "a", "b");
   const int na = a.shape.size();
   const int nb = b.shape.size();
-  SG_CHECK(na >= 2 && nb >= 2, "matmul: expected a[..., M, K] and b[..., K, N] with at least 2 dims, got a",
+  SG_CHECK(na >= 2 && nb >= 2,
+           "matmul: expected a[..., M, K] and b[..., K, N] with at least 2 dims, got a",
            shape_str(a.shape), " and b", shape_str(b.shape));
-  SG_CHECK(a.shape[na - 1] == b.shape[nb - 2], "matmul: inner dimensions differ: a", shape_str(a.shape),
-           " has K=", a.shape[na - 1].str(), " but b", shape_str(b.shape), " has K=",
-           b.shape[nb - 2].str());
-  SG_CHECK(nb == 2 || nb == na, "matmul: b", shape_str(b.shape), " must be 2-D or have a's rank ", na,
-           " (a", shape_str(a.shape), ")");
+  SG_CHECK(a.shape[na - 1] == b.shape[nb - 2], "matmul: inner dimensions differ: a",
+           shape_str(a.shape), " has K=", a.shape[na - 1].str(), " but b", shape_str(b.shape),
+           " has K=", b.shape[nb - 2].str());
+  SG_CHECK(nb == 2 || nb == na, "matmul: b", shape_str(b.shape), " must be 2-D or have a's rank ",
+           na, " (a", shape_str(a.shape), ")");
   if (nb == na) {
     for (int i = 0; i < na - 2; ++i) {
       SG_CHECK(b.shape[i] == a.shape[i] || b.shape[i] == SymInt(1), "matmul: batch dimension ", i,
-               " of b", shape_str(b.shape), " is ", b.shape[i].str(), "; expected ", a.shape[i].str(),
-               " (a", shape_str(a.shape), ") or 1");
+               " of b", shape_str(b.shape), " is ", b.shape[i].str(), "; expected ",
+               a.shape[i].str(), " (a", shape_str(a.shape), ") or 1");
     }
   }
   SymShape out = a.shape;
@@ -53,10 +54,12 @@ TensorMeta linear_shape(const ShapeArgs& args) {
   const TensorMeta& w = args.tensors[1];
   check_floating(x, kLinear, "x");
   check_same_dtype(x, w, kLinear, "x", "w");
-  SG_CHECK(x.shape.size() >= 2, "linear: x", shape_str(x.shape), " must have at least 2 dims [..., K]");
+  SG_CHECK(x.shape.size() >= 2, "linear: x", shape_str(x.shape),
+           " must have at least 2 dims [..., K]");
   check_rank(w, 2, kLinear, "w");
-  SG_CHECK(x.shape.back() == w.shape[1], "linear: x", shape_str(x.shape), " has K=", x.shape.back().str(),
-           " but w", shape_str(w.shape), " is [N, K] with K=", w.shape[1].str());
+  SG_CHECK(x.shape.back() == w.shape[1], "linear: x", shape_str(x.shape),
+           " has K=", x.shape.back().str(), " but w", shape_str(w.shape),
+           " is [N, K] with K=", w.shape[1].str());
   SymShape out = x.shape;
   out.back() = w.shape[0];
   return {x.dtype, out, x.device};
@@ -97,7 +100,8 @@ TensorMeta rope_shape(const ShapeArgs& args) {
            " must be even");
   SG_CHECK(args.real(1) > 0.0, "rope: theta must be > 0, got ", args.real(1));
   const std::int64_t style = args.integer(2);
-  SG_CHECK(style == 0 || style == 1, "rope: style must be 0 (interleaved) or 1 (half), got ", style);
+  SG_CHECK(style == 0 || style == 1, "rope: style must be 0 (interleaved) or 1 (half), got ",
+           style);
   return x;
 }
 
@@ -158,12 +162,17 @@ void register_nn_ops(OpRegistry& r) {
   r.add(make_op(kRmsNorm, {x, {"weight"}, eps}, rms_norm_shape, k::rms_norm));
   r.add(make_op(kLayerNorm, {x, {"weight"}, {"bias"}, eps}, layer_norm_shape, k::layer_norm));
   r.add(make_op(kRope,
-                {x, {"pos0", ArgKind::integer, /*updatable=*/true}, {"theta", ArgKind::real},
+                {x,
+                 {"pos0", ArgKind::integer, /*updatable=*/true},
+                 {"theta", ArgKind::real},
                  {"style", ArgKind::integer}},
                 rope_shape, k::rope));
   r.add(make_op(kEmbedding, {{"weight"}, {"ids"}}, embedding_shape, k::embedding));
   r.add(make_op(kAttention,
-                {{"q"}, {"k"}, {"v"}, {"seq_len", ArgKind::integer, /*updatable=*/true},
+                {{"q"},
+                 {"k"},
+                 {"v"},
+                 {"seq_len", ArgKind::integer, /*updatable=*/true},
                  {"scale", ArgKind::real}},
                 attention_shape, k::attention));
   r.add(make_op(kArgmax, {x}, argmax_shape, k::argmax));
@@ -176,8 +185,12 @@ namespace ops {
 using detail::call;
 using detail::op_def;
 
-Tensor matmul(const Tensor& a, const Tensor& b) { return call(op_def<detail::kMatmul>(), {&a, &b}); }
-Tensor linear(const Tensor& x, const Tensor& w) { return call(op_def<detail::kLinear>(), {&x, &w}); }
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return call(op_def<detail::kMatmul>(), {&a, &b});
+}
+Tensor linear(const Tensor& x, const Tensor& w) {
+  return call(op_def<detail::kLinear>(), {&x, &w});
+}
 Tensor softmax(const Tensor& x) { return call(op_def<detail::kSoftmax>(), {&x}); }
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   return call(op_def<detail::kRmsNorm>(), {&x, &weight}, {eps});
@@ -186,12 +199,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return call(op_def<detail::kLayerNorm>(), {&x, &weight, &bias}, {eps});
 }
 Tensor rope(const Tensor& x, const SymInt& pos0, double theta, RopeStyle style) {
-  return call(op_def<detail::kRope>(), {&x}, {pos0, theta, SymInt(static_cast<std::int64_t>(style))});
+  return call(op_def<detail::kRope>(), {&x},
+              {pos0, theta, SymInt(static_cast<std::int64_t>(style))});
 }
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return call(op_def<detail::kEmbedding>(), {&weight, &ids});
 }
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len, double scale) {
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len,
+                 double scale) {
   if (scale <= 0.0 && q.ndim() == 3) scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   return call(op_def<detail::kAttention>(), {&q, &k, &v}, {seq_len, scale});
 }

@@ -16,7 +16,8 @@ struct Counters {
   std::atomic<std::uint64_t> launches{0};
 };
 Counters g_counters;
-__attribute__((tls_model("initial-exec"))) thread_local DispatchInterceptor* t_interceptor = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local DispatchInterceptor* t_interceptor =
+    nullptr;
 
 struct RegistryState {
   std::deque<OpDef> ops;  // stable addresses
@@ -113,13 +114,14 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = *tensors[i];
-    SG_CHECK(t.defined(), name, ": argument '", tensor_arg_name(op.schema, i), "' is an undefined tensor");
+    SG_CHECK(t.defined(), name, ": argument '", tensor_arg_name(op.schema, i),
+             "' is an undefined tensor");
     t.check_not_stale(name);
     if (r.device == nullptr) {
       r.device = &t.device();
     } else {
-      SG_CHECK(&t.device() == r.device, name, ": argument '", tensor_arg_name(op.schema, i), "' is on ",
-               t.device().name(), " but '", tensor_arg_name(op.schema, 0), "' is on ",
+      SG_CHECK(&t.device() == r.device, name, ": argument '", tensor_arg_name(op.schema, i),
+               "' is on ", t.device().name(), " but '", tensor_arg_name(op.schema, 0), "' is on ",
                r.device->name(), " (expected all tensors on one device)");
     }
     metas[i].dtype = t.dtype();
@@ -167,7 +169,8 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   SG_CHECK(kernel != nullptr, name, ": no kernel for ", device->name());
 
   ArgBlock block;
-  SG_ASSERT(tensors.size() + (fresh ? 1 : 0) <= kMaxTensorArgs, name, ": too many tensor arguments");
+  SG_ASSERT(tensors.size() + (fresh ? 1 : 0) <= kMaxTensorArgs, name,
+            ": too many tensor arguments");
   for (std::size_t i = 0; i < tensors.size(); ++i) block.tensors[i] = tensors[i]->arg();
   block.num_tensors = static_cast<std::uint16_t>(tensors.size());
   if (fresh) block.tensors[block.num_tensors++] = result.arg();

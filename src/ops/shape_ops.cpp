@@ -37,13 +37,14 @@ SliceBounds slice_bounds(const TensorMeta& x, const ShapeArgs& args) {
   SymInt end = args.sym(2);
   const std::int64_t step = args.integer(3);
   SG_CHECK(step >= 1, "slice: step must be >= 1, got ", step);
-  if (auto s = start.maybe_value(); s && *s < 0 && size.maybe_value()) start = *s + *size.maybe_value();
+  if (auto s = start.maybe_value(); s && *s < 0 && size.maybe_value())
+    start = *s + *size.maybe_value();
   if (auto e = end.maybe_value(); e && *e < 0 && size.maybe_value()) end = *e + *size.maybe_value();
   if (start.maybe_value() && end.maybe_value() && size.maybe_value()) {
     const std::int64_t s = *start.maybe_value(), e = *end.maybe_value(), n = *size.maybe_value();
-    SG_CHECK(s >= 0 && s <= e && e <= n, "slice: range [", args.sym(1).str(), ", ", args.sym(2).str(),
-             ") is out of bounds for dimension ", dim, " of size ", n, " (x", shape_str(x.shape),
-             "); expected 0 <= start <= end <= ", n);
+    SG_CHECK(s >= 0 && s <= e && e <= n, "slice: range [", args.sym(1).str(), ", ",
+             args.sym(2).str(), ") is out of bounds for dimension ", dim, " of size ", n, " (x",
+             shape_str(x.shape), "); expected 0 <= start <= end <= ", n);
   }
   SymInt length = end - start;
   if (step > 1) length = floordiv(length + SymInt(step - 1), SymInt(step));
@@ -57,7 +58,8 @@ TensorMeta slice_shape(const ShapeArgs& args) {
   return out;
 }
 
-ViewResult slice_view(const Shape& shape, const Strides& strides, std::int64_t offset, const ShapeArgs& args) {
+ViewResult slice_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                      const ShapeArgs& args) {
   TensorMeta meta;
   meta.shape = to_sym(shape);
   const SliceBounds b = slice_bounds(meta, args);
@@ -75,7 +77,8 @@ SymShape resolve_view_shape(const TensorMeta& x, const std::vector<SymInt>& requ
   for (std::size_t i = 0; i < requested.size(); ++i) {
     const SymInt& d = requested[i];
     if (d == SymInt(-1)) {
-      SG_CHECK(infer < 0, "view: only one dimension may be -1 in ", shape_str(SymShape(std::span(requested))));
+      SG_CHECK(infer < 0, "view: only one dimension may be -1 in ",
+               shape_str(SymShape(std::span(requested))));
       infer = static_cast<int>(i);
       out.push_back(SymInt(1));
       continue;
@@ -102,7 +105,8 @@ TensorMeta view_shape(const ShapeArgs& args) {
   return out;
 }
 
-ViewResult view_view(const Shape& shape, const Strides& strides, std::int64_t offset, const ShapeArgs& args) {
+ViewResult view_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                     const ShapeArgs& args) {
   TensorMeta meta;
   meta.shape = to_sym(shape);
   std::int64_t expected = 1;
@@ -134,11 +138,13 @@ std::vector<int> permutation(const TensorMeta& x, const ShapeArgs& args) {
 TensorMeta permute_shape(const ShapeArgs& args) {
   TensorMeta out = args.tensors[0];
   const auto perm = permutation(args.tensors[0], args);
-  for (std::size_t i = 0; i < perm.size(); ++i) out.shape[static_cast<int>(i)] = args.tensors[0].shape[perm[i]];
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    out.shape[static_cast<int>(i)] = args.tensors[0].shape[perm[i]];
   return out;
 }
 
-ViewResult permute_view(const Shape& shape, const Strides& strides, std::int64_t offset, const ShapeArgs& args) {
+ViewResult permute_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                        const ShapeArgs& args) {
   TensorMeta meta;
   meta.shape = to_sym(shape);
   const auto perm = permutation(meta, args);
@@ -163,7 +169,8 @@ TensorMeta transpose_shape(const ShapeArgs& args) {
   return out;
 }
 
-ViewResult transpose_view(const Shape& shape, const Strides& strides, std::int64_t offset, const ShapeArgs& args) {
+ViewResult transpose_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                          const ShapeArgs& args) {
   TensorMeta meta;
   meta.shape = to_sym(shape);
   ViewResult v{shape, strides, offset};
@@ -227,7 +234,10 @@ OpDef make_view(const char* name, std::vector<ArgSpec> args, ShapeFn shape, View
 void register_shape_ops(OpRegistry& r) {
   const ArgSpec x{"x"};
   r.add(make_view(kSlice,
-                  {x, {"dim", ArgKind::integer}, {"start", ArgKind::integer}, {"end", ArgKind::integer},
+                  {x,
+                   {"dim", ArgKind::integer},
+                   {"start", ArgKind::integer},
+                   {"end", ArgKind::integer},
                    {"step", ArgKind::integer}},
                   slice_shape, slice_view));
   r.add(make_view(kView, {x, {"shape", ArgKind::int_list}}, view_shape, view_view));
@@ -236,7 +246,8 @@ void register_shape_ops(OpRegistry& r) {
   r.add(make_view(kPermute, {x, {"dims", ArgKind::int_list}}, permute_shape, permute_view));
   r.add(make_op(kContiguous, {x}, identity_shape, k::contiguous));
   // cat runs as one copy per input into slices of its output.
-  OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}}, cat_shape, nullptr);
+  OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}},
+                      cat_shape, nullptr);
   cat.composite = cat_composite;
   r.add(std::move(cat));
 }
@@ -248,7 +259,8 @@ namespace ops {
 using detail::call;
 using detail::op_def;
 
-Tensor slice(const Tensor& x, std::int64_t dim, const SymInt& start, const SymInt& end, std::int64_t step) {
+Tensor slice(const Tensor& x, std::int64_t dim, const SymInt& start, const SymInt& end,
+             std::int64_t step) {
   return call(op_def<detail::kSlice>(), {&x}, {SymInt(dim), start, end, SymInt(step)});
 }
 

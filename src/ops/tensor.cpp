@@ -42,11 +42,16 @@ void copy_host_to_device(const Tensor& dst, const void* src, std::size_t bytes) 
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape,
                const Strides& strides, std::int64_t offset)
-    : storage_(std::move(storage)), dtype_(dtype), shape_(shape), strides_(strides), offset_(offset) {
+    : storage_(std::move(storage)),
+      dtype_(dtype),
+      shape_(shape),
+      strides_(strides),
+      offset_(offset) {
   SG_ASSERT(shape.size() == strides.size());
 }
 
-Tensor::Tensor(std::shared_ptr<TraceInfo> trace, DType dtype) : dtype_(dtype), trace_(std::move(trace)) {
+Tensor::Tensor(std::shared_ptr<TraceInfo> trace, DType dtype)
+    : dtype_(dtype), trace_(std::move(trace)) {
   SG_ASSERT(trace_ != nullptr);
   for (const SymInt& d : trace_->shape) {
     if (d.is_symbolic()) {
@@ -70,7 +75,8 @@ namespace {
 void Tensor::throw_stale(const char* use) const {
   const std::uint64_t now = stamp_->pool->generation();
   SG_CHECK(false, use, ": the tensor is ", stamp_->origin, " from replay ", stamp_generation_,
-           " of pool '", stamp_->pool->name(), "', and replay ", now, " (", stamp_->pool->last_writer(),
+           " of pool '", stamp_->pool->name(), "', and replay ", now, " (",
+           stamp_->pool->last_writer(),
            ") has overwritten its memory since. Replay outputs live in the graph's pool until the "
            "next replay: set clone_output=true, or copy the output before replaying again");
   std::abort();
@@ -102,9 +108,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device) {
 
 Tensor Tensor::from_floats(std::span<const float> values, const Shape& shape, DType dtype,
                            Device& device) {
-  SG_CHECK(is_floating(dtype), "from_floats: dtype ", dtype_name(dtype), " is not a floating dtype");
-  SG_CHECK(static_cast<std::int64_t>(values.size()) == sinkgraph::numel(shape), "from_floats: ",
-           values.size(), " values do not fill shape ", shape_str(shape), " (",
+  SG_CHECK(is_floating(dtype), "from_floats: dtype ", dtype_name(dtype),
+           " is not a floating dtype");
+  SG_CHECK(static_cast<std::int64_t>(values.size()) == sinkgraph::numel(shape),
+           "from_floats: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
            sinkgraph::numel(shape), " elements)");
   Tensor t = empty(shape, dtype, device);
   if (dtype == DType::f32) {
@@ -122,8 +129,8 @@ Tensor Tensor::from_floats(std::span<const float> values, const Shape& shape, DT
 Tensor Tensor::from_ints(std::span<const std::int64_t> values, const Shape& shape, DType dtype,
                          Device& device) {
   SG_CHECK(!is_floating(dtype), "from_ints: dtype ", dtype_name(dtype), " is a floating dtype");
-  SG_CHECK(static_cast<std::int64_t>(values.size()) == sinkgraph::numel(shape), "from_ints: ",
-           values.size(), " values do not fill shape ", shape_str(shape));
+  SG_CHECK(static_cast<std::int64_t>(values.size()) == sinkgraph::numel(shape),
+           "from_ints: ", values.size(), " values do not fill shape ", shape_str(shape));
   Tensor t = empty(shape, dtype, device);
   if (dtype == DType::i64) {
     copy_host_to_device(t, values.data(), values.size_bytes());
@@ -168,7 +175,8 @@ Device& Tensor::device() const {
 void* Tensor::data_ptr() const {
   SG_CHECK(defined(), "data_ptr() of an undefined tensor");
   if (trace_) throw_traced(*this, "data_ptr");
-  return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  return static_cast<char*>(storage_->data()) +
+         offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
 }
 
 TensorArg Tensor::arg() const {
@@ -205,7 +213,9 @@ std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<std::size_t>(numel()));
   for (std::size_t i = 0; i < out.size(); ++i) {
     switch (dtype_) {
-      case DType::f32: std::memcpy(&out[i], bytes.data() + 4 * i, 4); break;
+      case DType::f32:
+        std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+        break;
       case DType::f16:
       case DType::bf16: {
         std::uint16_t h = 0;
@@ -225,7 +235,9 @@ std::vector<float> Tensor::to_floats() const {
         out[i] = static_cast<float>(v);
         break;
       }
-      case DType::boolean: out[i] = bytes[i] != 0 ? 1.0F : 0.0F; break;
+      case DType::boolean:
+        out[i] = bytes[i] != 0 ? 1.0F : 0.0F;
+        break;
     }
   }
   return out;
@@ -259,7 +271,8 @@ std::int64_t Tensor::item_int() const {
   return to_ints()[0];
 }
 
-Tensor Tensor::slice(std::int64_t dim, const SymInt& start, const SymInt& end, std::int64_t step) const {
+Tensor Tensor::slice(std::int64_t dim, const SymInt& start, const SymInt& end,
+                     std::int64_t step) const {
   return ops::slice(*this, dim, start, end, step);
 }
 Tensor Tensor::narrow(std::int64_t dim, const SymInt& start, const SymInt& length) const {
@@ -268,7 +281,9 @@ Tensor Tensor::narrow(std::int64_t dim, const SymInt& start, const SymInt& lengt
 Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
   return ops::transpose(*this, dim0, dim1);
 }
-Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const { return ops::permute(*this, dims); }
+Tensor Tensor::permute(const std::vector<std::int64_t>& dims) const {
+  return ops::permute(*this, dims);
+}
 Tensor Tensor::view(const SymShape& shape) const { return ops::view(*this, shape); }
 Tensor Tensor::reshape(const SymShape& shape) const { return ops::reshape(*this, shape); }
 Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
@@ -292,7 +307,8 @@ void Tensor::relocate_() {
   };
   block.tensors[0] = whole(fresh.get());
   block.tensors[1] = whole(storage_->data());
-  static const KernelFn copy = OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
+  static const KernelFn copy =
+      OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
   stream.launch(copy, block, "relocate_");
   storage_->replace(std::move(fresh));  // the old memory is freed stream-ordered
 }

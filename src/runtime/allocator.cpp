@@ -127,8 +127,8 @@ bool reusable_by(const Block& block, const Stream& stream) {
 
 Block* MemPool::find_reusable(std::size_t bytes, const Stream& stream) {
   // Best fit among blocks no larger than twice the request.
-  for (auto it = free_blocks_.lower_bound(bytes); it != free_blocks_.end() && it->first <= 2 * bytes;
-       ++it) {
+  for (auto it = free_blocks_.lower_bound(bytes);
+       it != free_blocks_.end() && it->first <= 2 * bytes; ++it) {
     Block* block = it->second;
     if (reusable_by(*block, stream)) {
       free_blocks_.erase(it);
@@ -249,8 +249,8 @@ DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
     if (it != routes_.end()) pool = it->second;
   }
   if (pool == nullptr && any_capture_active()) [[unlikely]] {
-    const std::string what = "allocating " + std::to_string(bytes) + " bytes on stream '" + stream.name() +
-                             "' outside the capture's pool";
+    const std::string what = "allocating " + std::to_string(bytes) + " bytes on stream '" +
+                             stream.name() + "' outside the capture's pool";
     check_capture_safe(what.c_str());
   }
   return (pool ? *pool : *default_pool_).allocate(bytes, stream);
@@ -260,7 +260,8 @@ void* Allocator::device_alloc(std::size_t bytes, MemPool& /*pool*/) {
   const auto over_limit = [&] {
     const std::int64_t limit = limit_bytes_.load(std::memory_order_relaxed);
     return limit > 0 &&
-           reserved_bytes_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(bytes) > limit;
+           reserved_bytes_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(bytes) >
+               limit;
   };
   if (over_limit()) empty_cache();
   void* ptr = over_limit() ? nullptr : device_.raw_alloc(bytes);

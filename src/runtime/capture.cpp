@@ -49,7 +49,8 @@ int member_index(const CaptureState& c, const Stream& s) {
 }
 
 std::string op_suffix() {
-  return t_current_op != nullptr ? std::string(" (while running operator '") + t_current_op + "')" : "";
+  return t_current_op != nullptr ? std::string(" (while running operator '") + t_current_op + "')"
+                                 : "";
 }
 
 }  // namespace
@@ -75,9 +76,11 @@ void check_capture_safe(const char* what) {
   if (!any_capture_active()) return;
   std::lock_guard lock(g_mutex);
   for (const auto& c : g_active) {
-    const bool forbidden = c->mode == CaptureErrorMode::global ||
-                           (c->mode == CaptureErrorMode::thread_local_ && c->thread == std::this_thread::get_id());
-    SG_CHECK(!forbidden, what, op_suffix(), " is not allowed while stream '", c->members[0].stream->name(),
+    const bool forbidden =
+        c->mode == CaptureErrorMode::global ||
+        (c->mode == CaptureErrorMode::thread_local_ && c->thread == std::this_thread::get_id());
+    SG_CHECK(!forbidden, what, op_suffix(), " is not allowed while stream '",
+             c->members[0].stream->name(),
              "' is capturing a graph (capture_error_mode=", capture_error_mode_name(c->mode),
              "): a captured graph cannot wait for or read device results. Move it out of the "
              "captured function, or use capture_error_mode=relaxed");
@@ -120,9 +123,11 @@ DeviceGraph Stream::end_capture() {
   }
   for (std::size_t i = 1; i < state->members.size(); ++i) {
     const auto& m = state->members[i];
-    SG_CHECK(m.joined_back || m.last_node < 0, "end_capture: stream '", m.stream->name(),
-             "' forked into the capture but its last work was never joined back (record an event on "
-             "it and make stream '", name(), "' wait on that event before end_capture)");
+    SG_CHECK(
+        m.joined_back || m.last_node < 0, "end_capture: stream '", m.stream->name(),
+        "' forked into the capture but its last work was never joined back (record an event on "
+        "it and make stream '",
+        name(), "' wait on that event before end_capture)");
   }
   state->graph.num_streams = static_cast<int>(state->members.size());
   return std::move(state->graph);
@@ -174,7 +179,8 @@ bool Stream::capture_wait(const Event& event) {
     }
   }
   if (owner == nullptr) {
-    SG_CHECK(capture_ == nullptr, "stream '", name(), "' is capturing and waits on an event recorded "
+    SG_CHECK(capture_ == nullptr, "stream '", name(),
+             "' is capturing and waits on an event recorded "
              "outside the capture; record it inside the capture");
     return false;
   }
@@ -198,7 +204,8 @@ void Stream::check_uncaptured_launch(const char* kernel_name) const {
   if (!any_capture_active()) return;
   std::lock_guard lock(g_mutex);
   for (const auto& c : g_active) {
-    const bool forbidden = c->mode != CaptureErrorMode::relaxed && c->thread == std::this_thread::get_id();
+    const bool forbidden =
+        c->mode != CaptureErrorMode::relaxed && c->thread == std::this_thread::get_id();
     SG_CHECK(!forbidden, "operator '", kernel_name, "' launched on stream '", name(),
              "', which has not joined the capture of stream '", c->members[0].stream->name(),
              "' (capture_error_mode=", capture_error_mode_name(c->mode),

@@ -3,10 +3,10 @@
 #include <array>
 #include <atomic>
 
+#include "backends.h"
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
-#include "backends.h"
 
 namespace sinkgraph {
 
@@ -17,7 +17,8 @@ struct Registry {
   std::unique_ptr<Device> cpu = cpu_device::make_device();
   std::vector<std::unique_ptr<Device>> cuda;
   Registry() {
-    for (int i = 0; i < cuda_device::device_count(); ++i) cuda.push_back(cuda_device::make_device(i));
+    for (int i = 0; i < cuda_device::device_count(); ++i)
+      cuda.push_back(cuda_device::make_device(i));
   }
 };
 
@@ -74,9 +75,10 @@ bool device_available(DeviceType type, int index) {
 }
 
 Device& get_device(DeviceType type, int index) {
-  SG_CHECK(device_available(type, index), "device ", device_type_name(type), ":", index,
-           " is not available",
-           type == DeviceType::cuda ? " (sinkgraph was built without CUDA or no GPU is present)" : "");
+  SG_CHECK(
+      device_available(type, index), "device ", device_type_name(type), ":", index,
+      " is not available",
+      type == DeviceType::cuda ? " (sinkgraph was built without CUDA or no GPU is present)" : "");
   Registry& r = registry();
   return type == DeviceType::cpu ? *r.cpu : *r.cuda[static_cast<std::size_t>(index)];
 }

@@ -1,8 +1,9 @@
 // DeviceGraph (recorded nodes) and GraphExec (replay): Note [Replay].
+#include "sinkgraph/device_graph.h"
+
 #include <sstream>
 #include <thread>
 
-#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 
 namespace sinkgraph {
@@ -52,7 +53,8 @@ std::string DeviceGraph::str() const {
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& n = nodes[i];
     out << "  #" << i << " [s" << n.stream << "] " << n.name << "(";
-    for (int t = 0; t < n.args.num_tensors; ++t) out << (t > 0 ? ", " : "") << tensor_text(n.args.tensors[t]);
+    for (int t = 0; t < n.args.num_tensors; ++t)
+      out << (t > 0 ? ", " : "") << tensor_text(n.args.tensors[t]);
     out << ")";
     if (n.args.num_scalars > 0) {
       out << " scalars{";
@@ -105,7 +107,8 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
     exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
   }
   exec->done_ = std::make_unique<std::atomic<std::uint64_t>[]>(nodes.size());
-  exec->branch_done_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(num_streams));
+  exec->branch_done_ =
+      std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(num_streams));
   for (int b = 1; b < num_streams; ++b) {
     SG_ASSERT(device != nullptr, "a multi-stream graph needs its device");
     StreamOptions options;

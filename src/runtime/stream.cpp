@@ -99,7 +99,8 @@ void Event::synchronize() const {
 double Event::elapsed_ms(const Event& end) const {
   SG_CHECK(state_->recorded.load() > 0 && end.state_->recorded.load() > 0,
            "elapsed_ms: both events must have been recorded");
-  SG_CHECK(query() && end.query(), "elapsed_ms: both events must have completed (synchronize first)");
+  SG_CHECK(query() && end.query(),
+           "elapsed_ms: both events must have completed (synchronize first)");
   return static_cast<double>(end.state_->timestamp_ns.load() - state_->timestamp_ns.load()) / 1e6;
 }
 

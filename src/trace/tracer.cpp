@@ -56,13 +56,14 @@ class Tracer final : public DispatchInterceptor {
                "a tensor traced by another trace() call was used here");
       return info->value;
     }
-    const auto key = std::make_tuple(t.storage().get(), t.offset(), t.dtype(),
-                                     std::vector<std::int64_t>(t.shape().begin(), t.shape().end()),
-                                     std::vector<std::int64_t>(t.strides().begin(), t.strides().end()));
+    const auto key =
+        std::make_tuple(t.storage().get(), t.offset(), t.dtype(),
+                        std::vector<std::int64_t>(t.shape().begin(), t.shape().end()),
+                        std::vector<std::int64_t>(t.strides().begin(), t.strides().end()));
     if (const auto it = params_.find(key); it != params_.end()) return it->second;
     TensorMeta meta{t.dtype(), to_sym(t.shape()), t.device().type()};
-    ir::Value* v = out_.graph->add_input("p" + std::to_string(out_.params.size()), meta,
-                                         ir::InputKind::param);
+    ir::Value* v =
+        out_.graph->add_input("p" + std::to_string(out_.params.size()), meta, ir::InputKind::param);
     out_.bindings.push_back({InputBinding::Source::param, static_cast<int>(out_.params.size())});
     out_.params.push_back(t);
     params_.emplace(key, v);
@@ -102,7 +103,8 @@ class Tracer final : public DispatchInterceptor {
       if (spec.kind != ArgKind::tensor) continue;
       if (spec.mutated) {
         ir::Value* root = root_of(node->operands[tensor_index]);
-        if (root->is_input() && root->kind == ir::InputKind::input) root->kind = ir::InputKind::mutated;
+        if (root->is_input() && root->kind == ir::InputKind::input)
+          root->kind = ir::InputKind::mutated;
       }
       ++tensor_index;
     }
@@ -141,7 +143,8 @@ std::string arg_name(const TraceOptions& options, std::size_t i) {
 
 }  // namespace
 
-TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args, const TraceOptions& options) {
+TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
+                  const TraceOptions& options) {
   SG_CHECK(dispatch_interceptor() == nullptr, "trace: already tracing on this thread");
   TracedGraph out;
   out.graph = std::make_unique<ir::Graph>(options.graph_name);
@@ -159,7 +162,8 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args, const T
       guard.device = t->device().type();
       TensorMeta meta{t->dtype(), to_sym(t->shape()), t->device().type()};
       guard.dims.assign(t->shape().begin(), t->shape().end());
-      if (const auto it = options.dynamic_dims.find(static_cast<int>(i)); it != options.dynamic_dims.end()) {
+      if (const auto it = options.dynamic_dims.find(static_cast<int>(i));
+          it != options.dynamic_dims.end()) {
         for (const int d : it->second) {
           const int dim = wrap_dim(d, t->ndim(), "trace dynamic_dims");
           meta.shape[dim] = SymInt::symbol("s" + std::to_string(next_symbol++));
@@ -226,8 +230,8 @@ bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
         const auto* t = std::get_if<Tensor>(&call_args[i]);
         if (t == nullptr || !t->defined()) return fail(where + " must be a tensor");
         if (t->dtype() != g.dtype) {
-          return fail(where + " has dtype " + std::string(dtype_name(t->dtype())) + ", traced with " +
-                      std::string(dtype_name(g.dtype)));
+          return fail(where + " has dtype " + std::string(dtype_name(t->dtype())) +
+                      ", traced with " + std::string(dtype_name(g.dtype)));
         }
         if (t->device().type() != g.device) return fail(where + " moved to another device type");
         if (t->ndim() != static_cast<int>(g.dims.size())) {
@@ -237,8 +241,8 @@ bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
         for (std::size_t d = 0; d < g.dims.size(); ++d) {
           if (g.dims[d] >= 0 && t->size(static_cast<int>(d)) != g.dims[d]) {
             return fail(where + " dimension " + std::to_string(d) + " is " +
-                        std::to_string(t->size(static_cast<int>(d))) + ", traced as the static size " +
-                        std::to_string(g.dims[d]));
+                        std::to_string(t->size(static_cast<int>(d))) +
+                        ", traced as the static size " + std::to_string(g.dims[d]));
           }
         }
         break;
@@ -269,7 +273,8 @@ std::string Guards::str() const {
       case ArgGuard::Kind::tensor: {
         out += std::string(dtype_name(g.dtype)) + "[";
         for (std::size_t d = 0; d < g.dims.size(); ++d) {
-          out += (d > 0 ? "," : "") + (g.dims[d] < 0 ? std::string("*") : std::to_string(g.dims[d]));
+          out +=
+              (d > 0 ? "," : "") + (g.dims[d] < 0 ? std::string("*") : std::to_string(g.dims[d]));
         }
         out += "] on " + std::string(device_type_name(g.device));
         break;

@@ -1,8 +1,8 @@
 // reduce-overhead: capture once per graph key, replay with one launch.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "../trace/models.h"
 #include "sinkgraph/compiler.h"
@@ -31,7 +31,8 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-std::shared_ptr<sg::CompiledFunction> compile_mlp(const sgtest::Mlp& mlp, sg::CompilerConfig c = reduce_overhead(),
+std::shared_ptr<sg::CompiledFunction> compile_mlp(const sgtest::Mlp& mlp,
+                                                  sg::CompilerConfig c = reduce_overhead(),
                                                   bool dynamic = false) {
   sg::TraceOptions options;
   options.graph_name = "mlp";
@@ -90,7 +91,8 @@ TEST(compiler_capture, decode_graph_with_an_updatable_position_captures_once) {
   for (std::int64_t step = 0; step < 100; ++step) {
     const std::int64_t pos = step % 16;
     if (pos == 0 && step > 0) {  // start the cache over, in both worlds
-      sg::ops::fill_(kc, 0), sg::ops::fill_(vc, 0), sg::ops::fill_(kc_e, 0), sg::ops::fill_(vc_e, 0);
+      sg::ops::fill_(kc, 0), sg::ops::fill_(vc, 0), sg::ops::fill_(kc_e, 0),
+          sg::ops::fill_(vc_e, 0);
     }
     const sg::Tensor x = sgtest::random_tensor({1, 32}, 1000 + static_cast<std::uint32_t>(step));
     const auto got = (*fn)({x, sg::SymInt(pos), kc, vc})[0].to_floats();
@@ -122,8 +124,10 @@ TEST(compiler_capture, fifty_replays_queued_with_one_synchronize_are_all_right) 
   const sg::Tensor kc_e = sg::ops::zeros({16, 4, 8}), vc_e = sg::ops::zeros({16, 4, 8});
   for (int i = 0; i < 50; ++i) {
     const std::int64_t pos = i < 16 ? i : 15 - (i % 16);
-    const auto want = block(std::vector<sg::Arg>{inputs[static_cast<std::size_t>(i)], sg::SymInt(pos), kc_e, vc_e});
-    ASSERT_EQ(outputs[static_cast<std::size_t>(i)].to_floats(), want[0].to_floats()) << "replay " << i;
+    const auto want = block(
+        std::vector<sg::Arg>{inputs[static_cast<std::size_t>(i)], sg::SymInt(pos), kc_e, vc_e});
+    ASSERT_EQ(outputs[static_cast<std::size_t>(i)].to_floats(), want[0].to_floats())
+        << "replay " << i;
   }
 }
 
@@ -180,10 +184,12 @@ TEST(compiler_capture, capture_limit_then_eager_with_one_warning_and_the_counter
   EXPECT_EQ(counters.replayed, 4);
   EXPECT_EQ(counters.eager_fallback_due_to_capture_limit, 3);
   EXPECT_NE(err.find("capture_limit (2) reached"), std::string::npos) << err;
-  EXPECT_EQ(err.find("capture_limit", err.find("capture_limit") + 1), std::string::npos) << "warn once";
+  EXPECT_EQ(err.find("capture_limit", err.find("capture_limit") + 1), std::string::npos)
+      << "warn once";
 }
 
-TEST(compiler_capture, recapturing_an_existing_key_does_not_count_and_force_recapture_captures_every_call) {
+TEST(compiler_capture,
+     recapturing_an_existing_key_does_not_count_and_force_recapture_captures_every_call) {
   const sgtest::AttentionBlock block;
   sg::CompilerConfig c = reduce_overhead();
   c.capture_limit = 1;
@@ -305,7 +311,8 @@ TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 20; ++i) {
-        const sg::Tensor x = sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(t * 100 + i));
+        const sg::Tensor x =
+            sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(t * 100 + i));
         if ((*fn)({x})[0].to_floats() != mlp(std::vector<sg::Arg>{x})[0].to_floats()) ++wrong;
       }
     });

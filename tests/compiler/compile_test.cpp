@@ -1,10 +1,10 @@
 // The compile front end: CompilerConfig, get_backend, compile, guards, modes.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "../trace/models.h"
 #include "sinkgraph/compiler.h"
@@ -47,8 +47,8 @@ TEST(compiler_config, defaults_are_torchairs) {
   EXPECT_EQ(c.get("reuse_graph_pool_in_same_fx"), "true");
   EXPECT_EQ(c.get("use_graph_pool"), "none");
   EXPECT_EQ(c.get("warmup_iters"), "0");
-  for (const char* on : {"inplace_pass", "input_inplace_pass", "pattern_fusion_pass", "remove_noop_ops",
-                         "remove_cat_ops", "memory_planning"}) {
+  for (const char* on : {"inplace_pass", "input_inplace_pass", "pattern_fusion_pass",
+                         "remove_noop_ops", "remove_cat_ops", "memory_planning"}) {
     EXPECT_EQ(c.get(on), "true") << on;
   }
   EXPECT_EQ(c.get("debug_save"), "");
@@ -58,12 +58,16 @@ TEST(compiler_config, defaults_are_torchairs) {
 
 TEST(compiler_config, unknown_names_and_invalid_values_are_clear_errors) {
   sg::CompilerConfig c;
-  EXPECT_NE(error_of([&] { c.set("capture_limt", "3"); }).find("unknown compiler option 'capture_limt'"),
+  EXPECT_NE(
+      error_of([&] { c.set("capture_limt", "3"); }).find("unknown compiler option 'capture_limt'"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("capture_limit", "-1"); }).find("capture_limit"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { c.set("capture_limit", "-1"); }).find("capture_limit"), std::string::npos);
   EXPECT_NE(error_of([&] { c.set("capture_limit", "3x"); }).find("integer"), std::string::npos);
-  EXPECT_NE(error_of([&] { c.set("force_eager", "yes"); }).find("true or false"), std::string::npos);
-  EXPECT_NE(error_of([&] { c.set("capture_error_mode", "strict"); }).find("relaxed"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("force_eager", "yes"); }).find("true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { c.set("capture_error_mode", "strict"); }).find("relaxed"),
+            std::string::npos);
   c.set("capture_limit", "3");
   EXPECT_EQ(c.capture_limit, 3);
 }
@@ -99,7 +103,8 @@ TEST(compile, changed_static_dim_retraces_and_explain_says_why) {
   EXPECT_EQ(fn->num_traces(), 2);
   const std::string report = fn->explain();
   EXPECT_NE(report.find("first call"), std::string::npos) << report;
-  EXPECT_NE(report.find("dimension 1 is 5, traced as the static size 3"), std::string::npos) << report;
+  EXPECT_NE(report.find("dimension 1 is 5, traced as the static size 3"), std::string::npos)
+      << report;
 }
 
 TEST(compile, changed_specialized_integer_retraces) {
@@ -145,7 +150,8 @@ TEST(compile, max_autotune_says_what_it_cannot_do_yet_at_every_compile) {
   EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats());
   (void)(*fn)({sgtest::random_tensor({3, 64}, 5)});  // a new static shape: compiles again
   const std::string err = testing::internal::GetCapturedStderr();
-  const std::string needle = "pattern fusion, cat removal and memory planning are not implemented yet";
+  const std::string needle =
+      "pattern fusion, cat removal and memory planning are not implemented yet";
   const auto first = err.find(needle);
   ASSERT_NE(first, std::string::npos) << err;
   EXPECT_NE(err.find(needle, first + 1), std::string::npos) << "said once only: " << err;
@@ -196,7 +202,8 @@ TEST(compile, debug_save_writes_the_ir_after_every_pass_and_a_dot_file) {
   EXPECT_TRUE(std::filesystem::exists(dir / "00_input.ir"));
   EXPECT_TRUE(std::filesystem::exists(dir / "final.dot"));
   std::size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file() ? 1 : 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files += entry.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, sg::GraphCompiler(c).pipeline().size() + 2);
   std::filesystem::remove_all(dir);
 }

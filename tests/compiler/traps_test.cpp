@@ -29,10 +29,13 @@ TEST(compiler_traps, values_are_never_silently_baked_in) {
   };
   auto fn = sg::compile(head, sg::get_backend(reduce_overhead()));
   const sg::Tensor x = sg::Tensor::from_floats({1, 2, 3, 4}, {4});
-  EXPECT_EQ((*fn)({x, sg::SymInt(2), std::int64_t{10}})[0].to_floats(), (std::vector<float>{10, 20}));
-  EXPECT_EQ((*fn)({x, sg::SymInt(3), std::int64_t{10}})[0].to_floats(), (std::vector<float>{10, 20, 30}));
-  EXPECT_EQ((*fn)({x, sg::SymInt(3), std::int64_t{-1}})[0].to_floats(), (std::vector<float>{-1, -2, -3}));
-  EXPECT_EQ(fn->num_traces(), 2);          // the integer changed once
+  EXPECT_EQ((*fn)({x, sg::SymInt(2), std::int64_t{10}})[0].to_floats(),
+            (std::vector<float>{10, 20}));
+  EXPECT_EQ((*fn)({x, sg::SymInt(3), std::int64_t{10}})[0].to_floats(),
+            (std::vector<float>{10, 20, 30}));
+  EXPECT_EQ((*fn)({x, sg::SymInt(3), std::int64_t{-1}})[0].to_floats(),
+            (std::vector<float>{-1, -2, -3}));
+  EXPECT_EQ(fn->num_traces(), 2);         // the integer changed once
   EXPECT_EQ(fn->counters().captured, 3);  // n=2, n=3, then n=3 in the new trace
 }
 
@@ -62,7 +65,8 @@ TEST(compiler_traps, inputs_changed_between_calls_behave_as_in_eager) {
   sg::ops::fill_(x, 0.25);  // enqueued after the replay's copy of x
   const sg::Tensor kc_e = sg::ops::zeros({16, 4, 8}), vc_e = sg::ops::zeros({16, 4, 8});
   const sg::Tensor x0 = sgtest::random_tensor({1, 32}, 3);
-  EXPECT_EQ(first.to_floats(), block(std::vector<sg::Arg>{x0, sg::SymInt(0), kc_e, vc_e})[0].to_floats());
+  EXPECT_EQ(first.to_floats(),
+            block(std::vector<sg::Arg>{x0, sg::SymInt(0), kc_e, vc_e})[0].to_floats());
   // An eager write into the cache between calls is seen by the next replay.
   sg::ops::fill_(sg::ops::narrow(vc, 0, 0, 1), 3.0);
   sg::ops::fill_(sg::ops::narrow(vc_e, 0, 0, 1), 3.0);
@@ -82,7 +86,8 @@ TEST(compiler_traps, host_side_state_updates_only_when_tracing) {
     return {sg::ops::relu(std::get<sg::Tensor>(a[0]))};
   };
   auto fn = sg::compile(body, sg::get_backend(reduce_overhead()));
-  for (int i = 0; i < 5; ++i) (void)(*fn)({sgtest::random_tensor({4}, static_cast<std::uint32_t>(i))});
+  for (int i = 0; i < 5; ++i)
+    (void)(*fn)({sgtest::random_tensor({4}, static_cast<std::uint32_t>(i))});
   EXPECT_EQ(host_calls, 1);
   EXPECT_EQ(fn->counters().replayed, 5);
 }
@@ -102,7 +107,7 @@ TEST(compiler_traps, clone_input_false_overwrites_the_first_callers_tensor) {
   const sg::Tensor second = sg::Tensor::from_floats({5, 6}, {2});
   EXPECT_EQ((*fn)({first})[0].to_floats(), (std::vector<float>{2, 4}));
   EXPECT_EQ((*fn)({second})[0].to_floats(), (std::vector<float>{10, 12}));  // right answer...
-  EXPECT_EQ(first.to_floats(), (std::vector<float>{5, 6}));                 // ...but `first` was overwritten
+  EXPECT_EQ(first.to_floats(), (std::vector<float>{5, 6}));  // ...but `first` was overwritten
   // With the default clone_input=true the caller's tensors are never written.
   auto safe = sg::compile(body, sg::get_backend(reduce_overhead()));
   const sg::Tensor one = sg::Tensor::from_floats({1, 2}, {2});

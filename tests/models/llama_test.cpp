@@ -1,14 +1,15 @@
 // The Llama model end to end against the real stories260K checkpoint and its
 // reference outputs (../shared/models/stories260K, read in place).
-#include <gtest/gtest.h>
+#include "sinkgraph/llama.h"
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include <gtest/gtest.h>
+
 #include "generate.h"
 #include "sinkgraph/error.h"
-#include "sinkgraph/llama.h"
 
 namespace {
 
@@ -17,13 +18,14 @@ namespace fs = std::filesystem;
 
 const fs::path kStories = fs::path(SG_SHARED_DIR) / "models" / "stories260K";
 
-#define SKIP_WITHOUT_SHARED()                                                                   \
-  if (!fs::exists(kStories / "stories260K.bin")) {                                              \
+#define SKIP_WITHOUT_SHARED()                                                                      \
+  if (!fs::exists(kStories / "stories260K.bin")) {                                                 \
     GTEST_SKIP() << "skipped: " << kStories.string() << " is absent (the shared reference model)"; \
   }
 
 const sg::models::LlamaModel& stories() {
-  static const sg::models::LlamaModel model = sg::models::load_llama2c((kStories / "stories260K.bin").string());
+  static const sg::models::LlamaModel model =
+      sg::models::load_llama2c((kStories / "stories260K.bin").string());
   return model;
 }
 
@@ -38,7 +40,8 @@ std::vector<std::int64_t> reference_ids() {
 std::vector<float> reference_logits() {
   std::ifstream in(kStories / "bos_logits_64x512.f32", std::ios::binary);
   std::vector<float> v(64 * 512);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
   EXPECT_TRUE(in.good());
   return v;
 }
@@ -46,7 +49,8 @@ std::vector<float> reference_logits() {
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float m = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, std::abs(a[i] - b[i]));
   return m;
 }
 
@@ -103,8 +107,10 @@ TEST(models_llama, eager_and_reduce_overhead_logits_are_bitwise_equal_and_decode
 }
 
 TEST(models_llama, prompt_plus_steps_beyond_seq_len_is_refused_before_any_work) {
-  const auto model = sg::models::random_model(
-      sg::models::LlamaConfig{32, 64, 1, 4, 2, 50, 16, 1e-5, 10000.0, sg::ops::RopeStyle::interleaved, true}, 1);
+  const auto model =
+      sg::models::random_model(sg::models::LlamaConfig{32, 64, 1, 4, 2, 50, 16, 1e-5, 10000.0,
+                                                       sg::ops::RopeStyle::interleaved, true},
+                               1);
   auto o = greedy(16, sg::Mode::reduce_overhead);
   o.prompt = {1};
   try {
@@ -121,8 +127,8 @@ TEST(models_llama, prompt_plus_steps_beyond_seq_len_is_refused_before_any_work) 
 
 TEST(models_llama, half_rope_and_gqa_random_models_agree_across_modes) {
   for (const auto style : {sg::ops::RopeStyle::interleaved, sg::ops::RopeStyle::half}) {
-    const auto model =
-        sg::models::random_model(sg::models::LlamaConfig{48, 96, 2, 6, 2, 97, 40, 1e-5, 500.0, style, false}, 7);
+    const auto model = sg::models::random_model(
+        sg::models::LlamaConfig{48, 96, 2, 6, 2, 97, 40, 1e-5, 500.0, style, false}, 7);
     auto e = greedy(20, sg::Mode::eager);
     e.prompt = {3, 5, 7};
     e.keep_logits = true;

@@ -373,8 +373,7 @@ TEST(ops_factories, full_zeros_arange) {
 }  // namespace
 
 TEST(ops_views, narrow_with_negative_start_counts_from_the_end) {
-  const sinkgraph::Tensor x =
-      sinkgraph::Tensor::from_floats({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4});
+  const sinkgraph::Tensor x = sinkgraph::Tensor::from_floats({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4});
   const sinkgraph::Tensor n = sinkgraph::ops::narrow(x, 1, -2, 2);
   EXPECT_EQ(n.shape(), (sinkgraph::Shape{2, 2}));
   EXPECT_EQ(n.to_floats(), (std::vector<float>{2, 3, 6, 7}));

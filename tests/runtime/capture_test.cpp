@@ -1,11 +1,11 @@
 // Capture and replay at the runtime level, for every device type: recording,
 // updatable slots, stream ordering of replays, fork/join, capture errors.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/device.h"

@@ -1,15 +1,16 @@
 // Tracing: model code -> IR graph, compared with hand-written IR and eager results.
-#include <gtest/gtest.h>
+#include "sinkgraph/trace.h"
 
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include <gtest/gtest.h>
+
 #include "models.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ir.h"
-#include "sinkgraph/trace.h"
 
 namespace {
 
@@ -77,13 +78,15 @@ TEST(trace, attention_block_matches_hand_written_ir_and_eager_bitwise) {
   const std::vector<sg::Arg> example{x, sg::SymInt(0), make_cache(), make_cache()};
   const sg::TracedGraph traced = sg::trace(std::cref(block), example, options);
 
-  const auto expected = sg::ir::parse(read_file(SG_TEST_DATA "/trace/attention.ir"), "attention.ir");
+  const auto expected =
+      sg::ir::parse(read_file(SG_TEST_DATA "/trace/attention.ir"), "attention.ir");
   EXPECT_EQ(canonical(*traced.graph), canonical(*expected));
   EXPECT_EQ(traced.graph->inputs()[2]->kind, sg::ir::InputKind::mutated);
   EXPECT_EQ(traced.graph->inputs()[1]->kind, sg::ir::InputKind::sym);
 
   // Several decode steps: graph and eager each on their own caches, bitwise.
-  const sg::Tensor kc_g = make_cache(), vc_g = make_cache(), kc_e = make_cache(), vc_e = make_cache();
+  const sg::Tensor kc_g = make_cache(), vc_g = make_cache(), kc_e = make_cache(),
+                   vc_e = make_cache();
   for (std::int64_t pos = 0; pos < 4; ++pos) {
     const sg::Tensor xi = sgtest::random_tensor({1, 32}, 20 + static_cast<std::uint32_t>(pos));
     const std::vector<sg::Arg> graph_args{xi, sg::SymInt(pos), kc_g, vc_g};
@@ -110,7 +113,8 @@ TEST(trace, reading_values_while_tracing_is_an_error_naming_the_operator) {
     EXPECT_NE(what.find("must trace as one graph"), std::string::npos) << what;
   }
   // The thread is not left tracing: eager calls work.
-  EXPECT_EQ(sg::ops::relu(sg::Tensor::from_floats({-1, 2}, {2})).to_floats(), (std::vector<float>{0, 2}));
+  EXPECT_EQ(sg::ops::relu(sg::Tensor::from_floats({-1, 2}, {2})).to_floats(),
+            (std::vector<float>{0, 2}));
 }
 
 TEST(trace, symbolic_size_must_be_asked_for_with_sym_size) {
@@ -161,7 +165,8 @@ TEST(trace, decomposing_gelu_into_primitives_gives_the_same_results_without_gelu
   // gelu(x) = x * (1 + erf(x / sqrt(2))) * 0.5: the kernel computes (0.5 x)(1 + erf),
   // and scaling by 0.5 is exact, so the decomposed graph agrees bitwise.
   sg::TraceOptions options;
-  options.decompositions["gelu"] = [](std::span<const sg::Tensor> t, std::span<const sg::ScalarValue>) {
+  options.decompositions["gelu"] = [](std::span<const sg::Tensor> t,
+                                      std::span<const sg::ScalarValue>) {
     const sg::Tensor e = sg::ops::erf(sg::ops::mul_scalar(t[0], 0.70710678118654752));
     return sg::ops::mul_scalar(sg::ops::mul(t[0], sg::ops::add_scalar(e, 1.0)), 0.5);
   };

@@ -119,7 +119,8 @@ void for_each_row(int ndim, const std::int64_t* sizes, const std::int64_t (&stri
 // thread included). With one thread (the default) it is a plain call.
 template <typename Fn>
 void parallel_for(int threads, std::int64_t n, std::int64_t grain, Fn&& fn) {
-  const std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
+  const std::int64_t chunks =
+      std::min<std::int64_t>(threads, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
   if (chunks <= 1) {
     fn(std::int64_t{0}, n);
     return;
@@ -152,8 +153,9 @@ void for_each_last_dim_row(const TensorArg& in, const TensorArg& out, Fn&& fn) {
   for (int i = 0; i < nd - 1; ++i) sizes[i] = in.sizes[i];
   sizes[nd - 1] = 1;  // one visit per row
   const std::int64_t base[2] = {in.offset, out.offset};
-  for_each_row<2>(nd, sizes, strides, base,
-                  [&](const std::int64_t* off, std::int64_t, const std::int64_t*) { fn(off[0], off[1]); });
+  for_each_row<2>(
+      nd, sizes, strides, base,
+      [&](const std::int64_t* off, std::int64_t, const std::int64_t*) { fn(off[0], off[1]); });
 }
 
 }  // namespace sinkgraph::kernels

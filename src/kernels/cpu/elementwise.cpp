@@ -30,7 +30,8 @@ void binary(const ArgBlock& args, KernelContext& ctx) {
         pb += b.offset;
         po += o.offset;
         parallel_for(ctx.num_threads(), n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t i = begin; i < end; ++i) store(po + i, Op{}(load(pa + i), load(pb + i)));
+          for (std::int64_t i = begin; i < end; ++i)
+            store(po + i, Op{}(load(pa + i), load(pb + i)));
         });
         return;
       }
@@ -83,20 +84,58 @@ void unary(const ArgBlock& args, KernelContext& ctx) {
   });
 }
 
-struct Add { template <typename V> V operator()(V a, V b) const { return a + b; } };
-struct Sub { template <typename V> V operator()(V a, V b) const { return a - b; } };
-struct Mul { template <typename V> V operator()(V a, V b) const { return a * b; } };
-struct Div { template <typename V> V operator()(V a, V b) const { return a / b; } };
+struct Add {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return a + b;
+  }
+};
+struct Sub {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return a - b;
+  }
+};
+struct Mul {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return a * b;
+  }
+};
+struct Div {
+  template <typename V>
+  V operator()(V a, V b) const {
+    return a / b;
+  }
+};
 
-struct AddScalar { float operator()(float x, float s) const { return x + s; } };
-struct MulScalar { float operator()(float x, float s) const { return x * s; } };
-struct Neg { float operator()(float x, float) const { return -x; } };
-struct Exp { float operator()(float x, float) const { return std::exp(x); } };
-struct Sqrt { float operator()(float x, float) const { return std::sqrt(x); } };
-struct Rsqrt { float operator()(float x, float) const { return 1.0F / std::sqrt(x); } };
-struct Erf { float operator()(float x, float) const { return std::erf(x); } };
-struct Relu { float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; } };
-struct Silu { float operator()(float x, float) const { return x / (1.0F + std::exp(-x)); } };
+struct AddScalar {
+  float operator()(float x, float s) const { return x + s; }
+};
+struct MulScalar {
+  float operator()(float x, float s) const { return x * s; }
+};
+struct Neg {
+  float operator()(float x, float) const { return -x; }
+};
+struct Exp {
+  float operator()(float x, float) const { return std::exp(x); }
+};
+struct Sqrt {
+  float operator()(float x, float) const { return std::sqrt(x); }
+};
+struct Rsqrt {
+  float operator()(float x, float) const { return 1.0F / std::sqrt(x); }
+};
+struct Erf {
+  float operator()(float x, float) const { return std::erf(x); }
+};
+struct Relu {
+  float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; }
+};
+struct Silu {
+  float operator()(float x, float) const { return x / (1.0F + std::exp(-x)); }
+};
 struct Gelu {
   float operator()(float x, float) const {
     return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));

@@ -26,9 +26,10 @@ void gelu(const ArgBlock& args, KernelContext& ctx);
 // Copies and fills: copy (dst, src) broadcasts src and converts dtype.
 void copy(const ArgBlock& args, KernelContext& ctx);
 void contiguous(const ArgBlock& args, KernelContext& ctx);  // tensors (x, out)
-void fill(const ArgBlock& args, KernelContext& ctx);    // tensors (dst); scalars (value: f)
-void arange(const ArgBlock& args, KernelContext& ctx);  // tensors (out); scalars (n: i)
-void index_copy(const ArgBlock& args, KernelContext& ctx);  // tensors (dst, src); scalars (index: i)
+void fill(const ArgBlock& args, KernelContext& ctx);        // tensors (dst); scalars (value: f)
+void arange(const ArgBlock& args, KernelContext& ctx);      // tensors (out); scalars (n: i)
+void index_copy(const ArgBlock& args,
+                KernelContext& ctx);  // tensors (dst, src); scalars (index: i)
 
 // Linear algebra through OpenBLAS: tensors (a, b, out); linear is (x, w, out).
 void matmul(const ArgBlock& args, KernelContext& ctx);
@@ -41,7 +42,7 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx);  // (x, w, b, out); (
 void argmax(const ArgBlock& args, KernelContext& ctx);      // (x, out)
 
 // Transformer pieces.
-void rope(const ArgBlock& args, KernelContext& ctx);       // (x, out); (pos0: i, theta: f, style: i)
+void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, theta: f, style: i)
 void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
 

@@ -1,6 +1,6 @@
-#include <cblas.h>
-
 #include <atomic>
+
+#include <cblas.h>
 
 #include "common.h"
 #include "kernels.h"
@@ -12,7 +12,8 @@ namespace {
 // OpenBLAS's thread count is process-wide; follow the intra-op setting.
 void sync_blas_threads(int threads) {
   static std::atomic<int> current{0};
-  if (current.exchange(threads, std::memory_order_relaxed) != threads) openblas_set_num_threads(threads);
+  if (current.exchange(threads, std::memory_order_relaxed) != threads)
+    openblas_set_num_threads(threads);
 }
 
 // A 2-D f32 matrix in BLAS terms: row-major with leading dimension `ld`,
@@ -41,7 +42,8 @@ Mat describe(const TensorArg& t, std::int64_t offset, std::vector<float>& scratc
   dispatch_float(t.dtype, [&]<typename T>() {
     const T* p = static_cast<const T*>(t.data) + offset;
     for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = 0; c < cols; ++c) scratch[static_cast<std::size_t>(r * cols + c)] = load(p + r * rs + c * cs);
+      for (std::int64_t c = 0; c < cols; ++c)
+        scratch[static_cast<std::size_t>(r * cols + c)] = load(p + r * rs + c * cs);
     }
   });
   return {scratch.data(), rows, cols, std::max<std::int64_t>(cols, 1), false};
@@ -67,9 +69,9 @@ void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
                 inc_a, 0.0F, out, 1);
     return;
   }
-  cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans,
-              m, n, k, 1.0F, a.ptr, static_cast<blasint>(a.ld), b.ptr, static_cast<blasint>(b.ld),
-              0.0F, out, static_cast<blasint>(ldo));
+  cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
+              b.trans ? CblasTrans : CblasNoTrans, m, n, k, 1.0F, a.ptr, static_cast<blasint>(a.ld),
+              b.ptr, static_cast<blasint>(b.ld), 0.0F, out, static_cast<blasint>(ldo));
 }
 
 // Batched matmul: a[B..., M, K] @ b[B'..., K, N] -> out[B..., M, N], where b's
@@ -83,8 +85,8 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, Kerne
   for (int i = 0; i < nd - 2; ++i) batch *= out.sizes[i];
 
   // a with contiguous rows over its batch dims folds into one big GEMM.
-  const bool fold = b.ndim == 2 && a.dtype == DType::f32 && out.dtype == DType::f32 && out.is_contiguous() &&
-                    a.strides[a.ndim - 1] == 1 && [&] {
+  const bool fold = b.ndim == 2 && a.dtype == DType::f32 && out.dtype == DType::f32 &&
+                    out.is_contiguous() && a.strides[a.ndim - 1] == 1 && [&] {
                       // Each batch dim must step over exactly the rows inside it; a size-1
                       // dim's stride is never used, so it neither counts nor resets the step.
                       std::int64_t expect = a.strides[a.ndim - 2] * a.sizes[a.ndim - 2];
@@ -134,7 +136,8 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, Kerne
         T* po = static_cast<T*>(out.data) + oo;
         for (std::int64_t r = 0; r < m; ++r) {
           for (std::int64_t c = 0; c < n; ++c) {
-            store(po + r * out.strides[nd - 2] + c * out.strides[nd - 1], so[static_cast<std::size_t>(r * n + c)]);
+            store(po + r * out.strides[nd - 2] + c * out.strides[nd - 1],
+                  so[static_cast<std::size_t>(r * n + c)]);
           }
         }
       });

@@ -20,8 +20,10 @@ inline void convert(D* dst, const S* src) {
 void strided_copy(const TensorArg& dst, const TensorArg& src) {
   if (dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous() &&
       dst.numel() == src.numel()) {
-    std::memcpy(static_cast<char*>(dst.data) + dst.offset * static_cast<std::int64_t>(dtype_size(dst.dtype)),
-                static_cast<const char*>(src.data) + src.offset * static_cast<std::int64_t>(dtype_size(src.dtype)),
+    std::memcpy(static_cast<char*>(dst.data) +
+                    dst.offset * static_cast<std::int64_t>(dtype_size(dst.dtype)),
+                static_cast<const char*>(src.data) +
+                    src.offset * static_cast<std::int64_t>(dtype_size(src.dtype)),
                 static_cast<std::size_t>(dst.numel()) * dtype_size(dst.dtype));
     return;
   }
@@ -47,7 +49,9 @@ void strided_copy(const TensorArg& dst, const TensorArg& src) {
 
 void copy(const ArgBlock& args, KernelContext&) { strided_copy(args.tensors[0], args.tensors[1]); }
 
-void contiguous(const ArgBlock& args, KernelContext&) { strided_copy(args.tensors[1], args.tensors[0]); }
+void contiguous(const ArgBlock& args, KernelContext&) {
+  strided_copy(args.tensors[1], args.tensors[0]);
+}
 
 void fill(const ArgBlock& args, KernelContext&) {
   const TensorArg& dst = args.tensors[0];
@@ -78,7 +82,8 @@ void arange(const ArgBlock& args, KernelContext&) {
     } else {
       T* p = static_cast<T*>(out.data) + out.offset;
       const std::int64_t stride = out.ndim > 0 ? out.strides[0] : 1;
-      for (std::int64_t i = 0; i < out.sizes[0]; ++i) store(p + i * stride, static_cast<compute_t<T>>(i));
+      for (std::int64_t i = 0; i < out.sizes[0]; ++i)
+        store(p + i * stride, static_cast<compute_t<T>>(i));
     }
   });
 }

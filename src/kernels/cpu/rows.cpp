@@ -8,7 +8,9 @@
 namespace sinkgraph::kernels::cpu {
 
 namespace {
-inline std::int64_t last_stride(const TensorArg& t) { return t.ndim > 0 ? t.strides[t.ndim - 1] : 1; }
+inline std::int64_t last_stride(const TensorArg& t) {
+  return t.ndim > 0 ? t.strides[t.ndim - 1] : 1;
+}
 inline std::int64_t last_size(const TensorArg& t) { return t.ndim > 0 ? t.sizes[t.ndim - 1] : 1; }
 }  // namespace
 

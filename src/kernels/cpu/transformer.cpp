@@ -23,7 +23,8 @@ void rope(const ArgBlock& args, KernelContext&) {
       const auto pos = static_cast<float>(pos0 + t);
       for (std::int64_t i = 0; i < pairs; ++i) {
         // As llama2.c: freq = 1 / theta^(2i / D), in f32.
-        const float freq = 1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+        const float freq =
+            1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
         const float angle = pos * freq;
         const float c = std::cos(angle);
         const float s = std::sin(angle);
@@ -64,8 +65,9 @@ void embedding(const ArgBlock& args, KernelContext& ctx) {
         id_off += idx * ids.strides[dd];
         out_off += idx * o.strides[dd];
       }
-      const std::int64_t id = ids.dtype == DType::i32 ? static_cast<const std::int32_t*>(ids.data)[id_off]
-                                                      : static_cast<const std::int64_t*>(ids.data)[id_off];
+      const std::int64_t id = ids.dtype == DType::i32
+                                  ? static_cast<const std::int32_t*>(ids.data)[id_off]
+                                  : static_cast<const std::int64_t*>(ids.data)[id_off];
       if (id < 0 || id >= vocab) {
         ctx.fail("token id " + std::to_string(id) + " at index " + std::to_string(k) +
                  " is out of range for an embedding table of " + std::to_string(vocab) +
@@ -114,7 +116,8 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
         for (std::int64_t j = 0; j < visible; ++j) {
           const T* krow = pk + j * k.strides[0] + kvh * k.strides[1];
           float dot = 0.0F;
-          for (std::int64_t c = 0; c < d; ++c) dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+          for (std::int64_t c = 0; c < d; ++c)
+            dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
           dot *= scale;
           scores[static_cast<std::size_t>(j)] = dot;
           mx = std::max(mx, dot);
@@ -130,7 +133,8 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
         for (std::int64_t c = 0; c < d; ++c) {
           float acc = 0.0F;
           for (std::int64_t j = 0; j < visible; ++j) {
-            acc += scores[static_cast<std::size_t>(j)] * load(pv + j * v.strides[0] + kvh * v.strides[1] + c * v.strides[2]);
+            acc += scores[static_cast<std::size_t>(j)] *
+                   load(pv + j * v.strides[0] + kvh * v.strides[1] + c * v.strides[2]);
           }
           store(orow + c * o.strides[2], acc * inv);
         }

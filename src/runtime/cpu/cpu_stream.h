@@ -59,8 +59,8 @@ class CpuStream final : public Stream {
   const std::int64_t spin_ns_;
   std::vector<Entry> ring_;
   std::mutex producer_mutex_;
-  std::atomic<std::uint64_t> tail_{0};       // entries published
-  std::atomic<std::uint64_t> head_{0};       // entries taken by the worker
+  std::atomic<std::uint64_t> tail_{0};  // entries published
+  std::atomic<std::uint64_t> head_{0};  // entries taken by the worker
   mutable std::atomic<std::uint64_t> completed_{0};
   std::atomic<bool> sleeping_{false};
   mutable std::atomic<int> host_waiting_{0};
