@@ -95,7 +95,13 @@ class SG_API GraphExec {
     const char* name;
     ArgBlock args;
     std::vector<int> cross_deps;  // nodes on other streams this one waits for
-    std::vector<std::pair<int, CompiledSymExpr>> updates;  // (scalar index, expression)
+  };
+  // One updatable slot: launch() evaluates `expr`, the replay writes the value
+  // into scalar `slot` of node `node`. A flat list, so launch costs O(slots), not O(nodes).
+  struct Update {
+    int node;
+    int slot;
+    CompiledSymExpr expr;
   };
   GraphExec() = default;
   static void run_origin(const ArgBlock& args, KernelContext& ctx);
@@ -105,6 +111,7 @@ class SG_API GraphExec {
   void give_back(Replay* replay);
 
   std::vector<Node> nodes_;
+  std::vector<Update> updates_;
   std::vector<std::vector<int>> order_;  // node indices per stream, in order
   std::vector<std::string> symbols_;
   std::shared_ptr<MemPool> pool_;

@@ -88,9 +88,10 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
   exec->pool_ = pool;
   exec->order_.resize(static_cast<std::size_t>(num_streams));
   exec->has_cross_dependents_.assign(nodes.size(), false);
+  exec->nodes_.reserve(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& n = nodes[i];
-    GraphExec::Node node{n.fn, n.name, n.args, {}, {}};
+    GraphExec::Node node{n.fn, n.name, n.args, {}};
     for (const int d : n.deps) {
       SG_ASSERT(d >= 0 && static_cast<std::size_t>(d) < i, "dependency on a later node");
       if (nodes[static_cast<std::size_t>(d)].stream != n.stream) {
@@ -101,7 +102,7 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
     for (const UpdateSlot& u : n.updates) {
       SG_CHECK(u.scalar_index >= 0 && u.scalar_index < n.args.num_scalars, "updatable slot ",
                u.scalar_index, " of node #", i, " (", n.name, ") is not a scalar of the node");
-      node.updates.emplace_back(u.scalar_index, CompiledSymExpr(u.expr, symbols));
+      exec->updates_.push_back({static_cast<int>(i), u.scalar_index, CompiledSymExpr(u.expr, symbols)});
     }
     exec->nodes_.push_back(std::move(node));
     exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
@@ -148,9 +149,7 @@ void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
   Replay* r = take_replay();
   r->generation = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   r->values.clear();
-  for (const Node& n : nodes_) {
-    for (const auto& [slot, expr] : n.updates) r->values.push_back(expr.eval(sym_values.data()));
-  }
+  for (const Update& u : updates_) r->values.push_back(u.expr.eval(sym_values.data()));
   r->copies.assign(copies.begin(), copies.end());
   for (std::size_t b = 0; b < branches_.size(); ++b) {
     ArgBlock a;
@@ -186,9 +185,9 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   // Replays never overlap, even when launched on different streams.
   wait_for(e.finished_, r->generation - 1);
   for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
-  std::size_t k = 0;
-  for (Node& n : e.nodes_) {
-    for (const auto& [slot, expr] : n.updates) n.args.scalars[slot].i = r->values[k++];
+  for (std::size_t k = 0; k < e.updates_.size(); ++k) {
+    const Update& u = e.updates_[k];
+    e.nodes_[static_cast<std::size_t>(u.node)].args.scalars[u.slot].i = r->values[k];
   }
   e.origin_ctx_.store(&ctx, std::memory_order_release);
   e.started_.store(r->generation, std::memory_order_release);
