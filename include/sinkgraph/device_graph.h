@@ -17,6 +17,7 @@
 // never overlaps replay k. Nothing in the launch path touches the dispatcher,
 // shape functions or the device allocator.
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -123,6 +124,10 @@ class SG_API GraphExec {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<KernelContext*> origin_ctx_{nullptr};
   std::atomic<std::uint64_t> finished_{0};  // last generation whose origin entry completed
+  // The origin entry's last touch of the exec happens under this mutex, so the
+  // destructor (which waits on finish_cv_ under it) never frees a live exec.
+  std::mutex finish_mutex_;
+  std::condition_variable finish_cv_;
   std::mutex free_mutex_;
   std::vector<Replay*> free_;
   std::vector<std::unique_ptr<Replay>> all_;

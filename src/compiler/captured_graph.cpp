@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "data_dump.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
@@ -142,6 +143,7 @@ class CapturedGraph final : public ConcreteGraph {
   std::vector<std::unique_ptr<Entry>> entries_;
   std::size_t distinct_keys_ = 0;
   bool eager_forever_ = false;
+  bool dumped_ = false;
   GraphCounters counters_;
   std::int64_t calls_ = 0;
   std::vector<std::string> log_;
@@ -361,6 +363,11 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
     }
   }
   if (entry == nullptr || recapture) {
+    if (!config_.data_dump.empty() &&
+        !dumped_) {  // one eager run, node by node, to compare against replay
+      dumped_ = true;
+      (void)interpret_and_dump(*graph_, inputs, config_.data_dump);
+    }
     for (std::int64_t w = 0; w < config_.warmup_iters; ++w) (void)ir::interpret(*graph_, inputs);
     std::unique_ptr<Entry> fresh = capture(inputs, key);
     log((recapture ? "re-capture: " : "capture: ") + reason + "; " +

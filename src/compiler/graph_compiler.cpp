@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "captured_graph.h"
+#include "data_dump.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 
@@ -27,8 +28,7 @@ class EagerGraph final : public ConcreteGraph {
     ++runs_;
     if (data_dump_.empty() || dumped_) return ir::interpret(*graph_, inputs);
     dumped_ = true;
-    return ir::interpret(*graph_, inputs,
-                         [this](const ir::Node& node, const Tensor& out) { dump(node, out); });
+    return detail::interpret_and_dump(*graph_, inputs, data_dump_);
   }
   [[nodiscard]] std::string kind() const override { return "EagerGraph"; }
   [[nodiscard]] const ir::Graph& graph() const override { return *graph_; }
@@ -41,24 +41,11 @@ class EagerGraph final : public ConcreteGraph {
   }
 
  private:
-  // data_dump: one raw little-endian f32 file per node output, plus an index.
-  void dump(const ir::Node& node, const Tensor& out) {
-    std::filesystem::create_directories(data_dump_);
-    const std::string file = std::to_string(index_++) + "_" + node.result()->name + ".f32";
-    const std::vector<float> values = out.to_floats();
-    std::ofstream(std::filesystem::path(data_dump_) / file, std::ios::binary)
-        .write(reinterpret_cast<const char*>(values.data()),
-               static_cast<std::streamsize>(values.size() * sizeof(float)));
-    std::ofstream(std::filesystem::path(data_dump_) / "index.txt", std::ios::app)
-        << file << " " << node.op_name() << " " << shape_str(out.shape()) << "\n";
-  }
-
   std::unique_ptr<ir::Graph> graph_;
   std::vector<std::string> notes_;
   std::string data_dump_;
   std::int64_t runs_ = 0;
   bool dumped_ = false;
-  int index_ = 0;
 };
 
 }  // namespace

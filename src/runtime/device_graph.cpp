@@ -59,7 +59,16 @@ std::string DeviceGraph::str() const {
     if (n.args.num_scalars > 0) {
       out << " scalars{";
       for (int s = 0; s < n.args.num_scalars; ++s) {
-        out << (s > 0 ? ", " : "") << s << ": i=" << n.args.scalars[s].i;
+        // Slots are untyped: small integers print as integers, anything else
+        // as the double whose bits it holds (eps, theta, scale).
+        const std::int64_t v = n.args.scalars[s].i;
+        constexpr std::int64_t kSmall = std::int64_t{1} << 40;
+        out << (s > 0 ? ", " : "") << s << ": ";
+        if (v > -kSmall && v < kSmall) {
+          out << v;
+        } else {
+          out << n.args.scalars[s].f;
+        }
         for (const auto& u : n.updates) {
           if (u.scalar_index == s) out << " <- updatable " << u.expr.str();
         }
@@ -102,7 +111,8 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
     for (const UpdateSlot& u : n.updates) {
       SG_CHECK(u.scalar_index >= 0 && u.scalar_index < n.args.num_scalars, "updatable slot ",
                u.scalar_index, " of node #", i, " (", n.name, ") is not a scalar of the node");
-      exec->updates_.push_back({static_cast<int>(i), u.scalar_index, CompiledSymExpr(u.expr, symbols)});
+      exec->updates_.push_back(
+          {static_cast<int>(i), u.scalar_index, CompiledSymExpr(u.expr, symbols)});
     }
     exec->nodes_.push_back(std::move(node));
     exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
@@ -121,7 +131,11 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
 
 GraphExec::~GraphExec() {
   // The launch stream's entries point at this exec: wait for the last one.
-  wait_for(finished_, generation_.load(std::memory_order_acquire));
+  {
+    std::unique_lock lock(finish_mutex_);
+    const std::uint64_t last = generation_.load(std::memory_order_acquire);
+    finish_cv_.wait(lock, [&] { return finished_.load(std::memory_order_acquire) >= last; });
+  }
   for (auto& b : branches_) b->synchronize();
 }
 
@@ -197,8 +211,10 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   const std::uint64_t generation = r->generation;
   r->copies.clear();  // releases the copies' sources
   e.give_back(r);
+  std::lock_guard lock(e.finish_mutex_);
   e.finished_.store(generation, std::memory_order_release);
   e.finished_.notify_all();
+  e.finish_cv_.notify_all();
 }
 
 void GraphExec::run_branch(const ArgBlock& args, KernelContext&) {

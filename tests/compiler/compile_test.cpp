@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -206,6 +207,33 @@ TEST(compile, debug_save_writes_the_ir_after_every_pass_and_a_dot_file) {
     files += entry.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, sg::GraphCompiler(c).pipeline().size() + 2);
   std::filesystem::remove_all(dir);
+}
+
+TEST(compile, data_dump_writes_every_nodes_output_from_one_eager_run) {
+  for (const char* mode : {"eager", "reduce-overhead"}) {
+    const auto dir =
+        std::filesystem::temp_directory_path() / (std::string("sinkgraph_dump_") + mode);
+    std::filesystem::remove_all(dir);
+    sg::CompilerConfig c = config_with_mode(mode);
+    c.data_dump = dir.string();
+    c.inplace_pass = c.input_inplace_pass = false;
+    const sgtest::Mlp mlp;
+    auto fn = sg::compile(std::cref(mlp), sg::get_backend(c));
+    const sg::Tensor x = sgtest::random_tensor({2, 64}, 4);
+    const std::vector<float> y = (*fn)({x})[0].to_floats();
+    (void)(*fn)({x});  // dumped once only
+    std::ifstream index(dir / "index.txt");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(index, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), fn->graph(0).nodes().size()) << mode;
+    EXPECT_NE(lines.back().find("matmul [2,64]"), std::string::npos) << lines.back();
+    std::ifstream last(dir / lines.back().substr(0, lines.back().find(' ')), std::ios::binary);
+    std::vector<float> dumped(y.size());
+    last.read(reinterpret_cast<char*>(dumped.data()),
+              static_cast<std::streamsize>(dumped.size() * 4));
+    EXPECT_EQ(dumped, y) << mode;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(compile, calls_from_several_threads_are_serialized_and_correct) {

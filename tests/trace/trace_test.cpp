@@ -1,9 +1,9 @@
 // Tracing: model code -> IR graph, compared with hand-written IR and eager results.
 #include "sinkgraph/trace.h"
 
+#include <cctype>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -27,18 +27,24 @@ std::string read_file(const std::string& path) {
 // Printed text with every %name replaced by %t<k> in order of first appearance.
 std::string canonical(const sg::ir::Graph& graph) {
   const std::string text = sg::ir::print(graph);
-  const std::regex name(R"(%[A-Za-z_][A-Za-z0-9_.]*)");
+  const auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  };
   std::map<std::string, std::string> renamed;
   std::string out;
-  auto it = std::sregex_iterator(text.begin(), text.end(), name);
-  std::size_t last = 0;
-  for (; it != std::sregex_iterator(); ++it) {
-    out += text.substr(last, static_cast<std::size_t>(it->position()) - last);
-    auto [pos, inserted] = renamed.emplace(it->str(), "%t" + std::to_string(renamed.size()));
+  for (std::size_t i = 0; i < text.size();) {
+    if (text[i] != '%') {
+      out += text[i++];
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < text.size() && name_char(text[end])) ++end;
+    const std::string name = text.substr(i, end - i);
+    const auto [pos, inserted] = renamed.emplace(name, "%t" + std::to_string(renamed.size()));
     out += pos->second;
-    last = static_cast<std::size_t>(it->position() + it->length());
+    i = end;
   }
-  return out + text.substr(last);
+  return out;
 }
 
 std::vector<float> floats(const sg::ir::RtValue& v) { return std::get<sg::Tensor>(v).to_floats(); }

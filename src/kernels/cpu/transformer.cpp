@@ -1,4 +1,5 @@
 // Transformer pieces: rotary embedding, embedding lookup, attention over a KV cache.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -104,40 +105,53 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
     T* po = static_cast<T*>(o.data) + o.offset;
     // One task per (query row, head); each thread keeps its own score buffer.
     parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
-      thread_local std::vector<float> scores;
-      scores.resize(static_cast<std::size_t>(cache));
+      // Per thread: the scores, the query row and the output accumulator in f32.
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<std::size_t>(cache + 2 * d));
+      float* scores = scratch.data();
+      float* qf = scores + cache;
+      float* acc = qf + d;
       for (std::int64_t task = begin; task < end; ++task) {
         const std::int64_t t = task / hq;
         const std::int64_t h = task % hq;
         const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
         const std::int64_t kvh = h / group;
         const T* qrow = pq + t * q.strides[0] + h * q.strides[1];
+        for (std::int64_t c = 0; c < d; ++c) qf[c] = load(qrow + c * q.strides[2]);
         float mx = -std::numeric_limits<float>::infinity();
         for (std::int64_t j = 0; j < visible; ++j) {
           const T* krow = pk + j * k.strides[0] + kvh * k.strides[1];
           float dot = 0.0F;
-          for (std::int64_t c = 0; c < d; ++c)
-            dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+          if (k.strides[2] == 1) {
+            for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c);
+          } else {
+            for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c * k.strides[2]);
+          }
           dot *= scale;
-          scores[static_cast<std::size_t>(j)] = dot;
+          scores[j] = dot;
           mx = std::max(mx, dot);
         }
         float sum = 0.0F;
         for (std::int64_t j = 0; j < visible; ++j) {
-          const float e = std::exp(scores[static_cast<std::size_t>(j)] - mx);
-          scores[static_cast<std::size_t>(j)] = e;
+          const float e = std::exp(scores[j] - mx);
+          scores[j] = e;
           sum += e;
+        }
+        // acc[c] sums scores[j] * v[j][c] over j in order, row by row so the
+        // cache is read contiguously.
+        std::fill(acc, acc + d, 0.0F);
+        for (std::int64_t j = 0; j < visible; ++j) {
+          const T* vrow = pv + j * v.strides[0] + kvh * v.strides[1];
+          const float w = scores[j];
+          if (v.strides[2] == 1) {
+            for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c);
+          } else {
+            for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c * v.strides[2]);
+          }
         }
         const float inv = 1.0F / sum;
         T* orow = po + t * o.strides[0] + h * o.strides[1];
-        for (std::int64_t c = 0; c < d; ++c) {
-          float acc = 0.0F;
-          for (std::int64_t j = 0; j < visible; ++j) {
-            acc += scores[static_cast<std::size_t>(j)] *
-                   load(pv + j * v.strides[0] + kvh * v.strides[1] + c * v.strides[2]);
-          }
-          store(orow + c * o.strides[2], acc * inv);
-        }
+        for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c] * inv);
       }
     });
   });
