@@ -9,3 +9,12 @@ elseif(SINKGRAPH_SANITIZE STREQUAL "thread")
 elseif(NOT SINKGRAPH_SANITIZE STREQUAL "")
   message(FATAL_ERROR "SINKGRAPH_SANITIZE must be '', 'address' or 'thread', got '${SINKGRAPH_SANITIZE}'")
 endif()
+
+# GCC's flow-based warnings are unreliable under sanitizer instrumentation (GCC
+# says so itself for -Wmaybe-uninitialized); with GCC 12 they fire inside
+# libstdc++ (std::regex, vector growth). Under the sanitizer presets they stay
+# warnings; the release and debug presets keep them as errors.
+if(NOT SINKGRAPH_SANITIZE STREQUAL "" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-Wno-error=maybe-uninitialized -Wno-error=stringop-overflow
+                      -Wno-error=array-bounds -Wno-error=restrict)
+endif()

@@ -350,8 +350,9 @@ TEST(models_checkpoint, Llama2cTrailingBytesAreAnError) {
   expect_error([&] { parse_llama2c(llama2c_file(kHeader, 32 * 16 * 4), "t.bin"); },
                {"t.bin", "2048 trailing bytes"});
   // A separate-classifier header without one: wcls does not fit.
-  Bytes missing = llama2c_file(separate);
-  missing.resize(missing.size() - 32 * 16 * 4);
+  const Bytes full = llama2c_file(separate);
+  ASSERT_GT(full.size(), 32U * 16 * 4);
+  const Bytes missing(full.begin(), full.end() - 32 * 16 * 4);
   expect_error([&] { parse_llama2c(missing, "t.bin"); }, {"t.bin", "tensor wcls"});
 }
 
