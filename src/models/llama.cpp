@@ -146,7 +146,10 @@ LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed) {
   const auto fan_in = [](std::int64_t n) { return 1.0F / std::sqrt(static_cast<float>(n)); };
   const LlamaConfig& c = config;
   LlamaWeights w;
-  w.tok_embeddings = uniform({c.vocab_size, c.dim}, 1.0F);
+  // Small embeddings (as in GPT-style init) let the layers, not the token's own
+  // embedding, decide the argmax of the shared classifier: greedy decoding of
+  // the random model then moves instead of repeating its input.
+  w.tok_embeddings = uniform({c.vocab_size, c.dim}, 0.05F);
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     LlamaLayer layer;
     layer.attention_norm = ones(c.dim);
