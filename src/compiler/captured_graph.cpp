@@ -122,6 +122,7 @@ class CapturedGraph final : public ConcreteGraph {
   CompilerConfig config_;
   std::vector<std::string> notes_;
   KernelFn copy_kernel_ = nullptr;
+  std::vector<ReplayCopy> copies_;  // scratch for replay(), so a call allocates no vector
   std::string writer_name_ = "graph @" + graph_->name;
 
   // Analysis (Note [Graph keys]).
@@ -471,7 +472,8 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
 std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtValue> inputs,
                                                const std::vector<std::int64_t>& values) {
   Stream& stream = current_stream(cpu());
-  std::vector<ReplayCopy> copies;
+  std::vector<ReplayCopy>& copies = copies_;  // reused across calls (under mutex_)
+  copies.clear();
   for (const int i : user_inputs_) {
     const Tensor& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
     const Tensor& target = e.static_inputs[static_cast<std::size_t>(i)];
@@ -486,6 +488,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     copies.push_back(std::move(c));
   }
   e.exec->launch(stream, values, copies);
+  copies.clear();  // the launch holds its own references to the sources
   const std::uint64_t generation = e.pool->bump_generation(writer_name_);
   ++e.replays;
   ++counters_.replayed;

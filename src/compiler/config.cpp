@@ -30,8 +30,6 @@ Mode parse_mode(const std::string& text) {
 
 namespace {
 
-const char* error_mode_name(CaptureErrorMode m) { return capture_error_mode_name(m); }
-
 bool parse_bool(const std::string& name, const std::string& v) {
   if (v == "true" || v == "1") return true;
   if (v == "false" || v == "0") return false;
@@ -85,7 +83,7 @@ const std::vector<std::pair<std::string, Option>>& options() {
        {[](CompilerConfig& c, const std::string& v) {
           for (const auto m : {CaptureErrorMode::global, CaptureErrorMode::thread_local_,
                                CaptureErrorMode::relaxed}) {
-            if (v == error_mode_name(m)) {
+            if (v == capture_error_mode_name(m)) {
               c.capture_error_mode = m;
               return;
             }
@@ -96,7 +94,7 @@ const std::vector<std::pair<std::string, Option>>& options() {
                    v, "'");
         },
         [](const CompilerConfig& c) {
-          return std::string(error_mode_name(c.capture_error_mode));
+          return std::string(capture_error_mode_name(c.capture_error_mode));
         }}},
       {"clone_input", bool_option<&CompilerConfig::clone_input>("clone_input")},
       {"clone_output", bool_option<&CompilerConfig::clone_output>("clone_output")},

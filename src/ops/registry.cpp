@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "dispatch.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
 
@@ -140,11 +141,23 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
     return t_interceptor->intercept(op, tensors, scalars);
   }
   g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
-  // Names the operator in capture-time errors raised below us (allocation, host reads).
+  // Names the operator in capture-time errors raised below us (allocation,
+  // host reads). Only a capture reads the name, so the eager path without one
+  // pays a single atomic load for it.
   struct OpName {
-    const char* previous = current_op_name();
-    explicit OpName(const char* n) { set_current_op_name(n); }
-    ~OpName() { set_current_op_name(previous); }
+    bool set;
+    const char* previous;
+    explicit OpName(const char* n) : set(any_capture_active()), previous(nullptr) {
+      if (set) {
+        previous = current_op_name();
+        set_current_op_name(n);
+      }
+    }
+    ~OpName() {
+      if (set) set_current_op_name(previous);
+    }
+    OpName(const OpName&) = delete;
+    OpName& operator=(const OpName&) = delete;
   } op_name(op.schema.name.c_str());
   if (op.composite != nullptr) return op.composite(tensors, scalars);
   const char* name = op.schema.name.c_str();

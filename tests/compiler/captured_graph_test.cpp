@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "../trace/models.h"
+#include "helpers.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/op_registry.h"
@@ -13,23 +14,8 @@
 namespace {
 
 namespace sg = sinkgraph;
-
-sg::CompilerConfig reduce_overhead() {
-  sg::CompilerConfig c;
-  c.set("mode", "reduce-overhead");
-  c.inplace_pass = false;  // not implemented yet: keep stderr quiet in these tests
-  c.input_inplace_pass = false;
-  return c;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const sg::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using sgtest::error_of;
+using sgtest::reduce_overhead;
 
 std::shared_ptr<sg::CompiledFunction> compile_mlp(const sgtest::Mlp& mlp,
                                                   sg::CompilerConfig c = reduce_overhead(),

@@ -8,21 +8,14 @@
 #include <gtest/gtest.h>
 
 #include "../trace/models.h"
+#include "helpers.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 
 namespace {
 
 namespace sg = sinkgraph;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const sg::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using sgtest::error_of;
 
 TEST(compiler_config, modes_parse_and_print_as_their_exact_strings) {
   for (const char* m : {"eager", "reduce-overhead", "max-autotune"}) {

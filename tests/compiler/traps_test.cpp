@@ -3,20 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "../trace/models.h"
+#include "helpers.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 
 namespace {
 
 namespace sg = sinkgraph;
-
-sg::CompilerConfig reduce_overhead() {
-  sg::CompilerConfig c;
-  c.set("mode", "reduce-overhead");
-  c.inplace_pass = false;
-  c.input_inplace_pass = false;
-  return c;
-}
+using sgtest::reduce_overhead;
 
 // Trap 1: a value baked in at capture. A plain integer is specialized and
 // guarded (a new value re-traces); a sym that feeds a shape is in the graph

@@ -1,0 +1,31 @@
+#pragma once
+// Helpers shared by the compiler tests.
+#include <functional>
+#include <string>
+
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/error.h"
+
+namespace sgtest {
+
+// reduce-overhead without the in-place passes (not written yet), so the
+// tests' stderr only carries what they check.
+inline sinkgraph::CompilerConfig reduce_overhead() {
+  sinkgraph::CompilerConfig c;
+  c.set("mode", "reduce-overhead");
+  c.inplace_pass = false;
+  c.input_inplace_pass = false;
+  return c;
+}
+
+// The message of the sinkgraph::Error `fn` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const sinkgraph::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace sgtest
