@@ -96,6 +96,35 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   }
   [[nodiscard]] std::string last_writer() const;
 
+  // Note [Pool checkpoints]: graphs that never run concurrently can share the
+  // memory they hold. checkpoint() records which blocks are held now;
+  // restore(cp) lends every block held now but not at `cp` to the allocations
+  // of later captures into this pool, as if those blocks were free again. A
+  // lent block keeps its owner (it stays reserved and counts once); it simply
+  // gains a second holder. Only allocations made for a capturing stream
+  // borrow: memory a graph reads before its first kernel (static inputs,
+  // copied in at replay) must never alias another graph's live outputs, or
+  // copying one caller's input could overwrite the next. The caller promises
+  // that the graphs involved are never in flight at the same time; a later
+  // replay of one overwrites what the others left there (outputs are stamped
+  // with the pool's generation, so reading such an output raises). The lending
+  // stands until the blocks' holders let go; a block a borrower frees while its
+  // owner still holds it is lendable again.
+  class Checkpoint {
+   public:
+    Checkpoint() = default;
+    [[nodiscard]] std::size_t held_blocks() const { return held_.size(); }
+
+   private:
+    friend class MemPool;
+    std::uint64_t pool_id_ = 0;
+    std::vector<const Block*> held_;  // sorted
+  };
+  [[nodiscard]] Checkpoint checkpoint() const;
+  void restore(const Checkpoint& state);
+  // Bytes of blocks currently lent out by restore() and held by a borrower.
+  [[nodiscard]] std::int64_t borrowed_bytes() const;
+
  private:
   friend class Allocator;
   friend class DataPtr;
@@ -110,6 +139,7 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   std::uint64_t id_;
   mutable std::mutex mutex_;
   std::multimap<std::size_t, Block*> free_blocks_;  // by size
+  std::multimap<std::size_t, Block*> lendable_;     // held, lent to captures by restore()
   std::atomic<std::uint64_t> generation_{0};
   std::string last_writer_;                     // guarded by mutex_
   std::vector<std::unique_ptr<Block>> blocks_;  // every block of the pool

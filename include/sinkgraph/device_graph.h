@@ -74,6 +74,22 @@ struct ReplayCopy {
   std::shared_ptr<const void> keep_alive;
 };
 
+// Orders the replays of several GraphExecs that share memory, such as the
+// keys of one compiled function in one pool (Note [Pool checkpoints] in
+// allocator.h): a replay launched with an order starts only after every replay
+// launched before it with the same order has finished, even on another stream.
+class SG_API ReplayOrder {
+ public:
+  ReplayOrder() = default;
+  ReplayOrder(const ReplayOrder&) = delete;
+  ReplayOrder& operator=(const ReplayOrder&) = delete;
+
+ private:
+  friend class GraphExec;
+  std::atomic<std::uint64_t> launched_{0};
+  std::atomic<std::uint64_t> finished_{0};
+};
+
 class SG_API GraphExec {
  public:
   ~GraphExec();
@@ -81,9 +97,11 @@ class SG_API GraphExec {
   GraphExec& operator=(const GraphExec&) = delete;
 
   // Enqueues one replay on `stream`: `sym_values` in instantiate()'s symbol
-  // order feed the updatable slots; `copies` run first.
+  // order feed the updatable slots; `copies` run first. With `order`, the
+  // replay also waits for the replays launched before it under that order.
   void launch(Stream& stream, std::span<const std::int64_t> sym_values,
-              std::span<const ReplayCopy> copies = {});
+              std::span<const ReplayCopy> copies = {},
+              const std::shared_ptr<ReplayOrder>& order = nullptr);
   [[nodiscard]] std::size_t num_nodes() const { return nodes_.size(); }
   [[nodiscard]] int num_streams() const { return static_cast<int>(branches_.size()) + 1; }
   [[nodiscard]] const std::vector<std::string>& symbols() const { return symbols_; }
@@ -91,12 +109,20 @@ class SG_API GraphExec {
  private:
   friend class DeviceGraph;
   struct Replay;
+  // Nodes are small and their argument blocks live packed in one arena, each
+  // cut to ArgBlock::used_bytes(): a kernel reads only the tensors it was given
+  // (Note [Kernel ABI]), so a replay walks far less memory than full blocks
+  // (a no-op node's block is 72 bytes, not 872), and instantiate() touches
+  // that much less fresh memory.
   struct Node {
     KernelFn fn;
-    const char* name;
-    ArgBlock args;
-    std::vector<int> cross_deps;  // nodes on other streams this one waits for
+    std::uint32_t args;        // offset of the node's ArgBlock in args_, in words
+    std::uint32_t deps_begin;  // its cross-stream dependencies: cross_deps_[begin, end)
+    std::uint32_t deps_end;
   };
+  [[nodiscard]] ArgBlock& args_of(const Node& n) {
+    return *reinterpret_cast<ArgBlock*>(&args_[n.args]);
+  }
   // One updatable slot: launch() evaluates `expr`, the replay writes the value
   // into scalar `slot` of node `node`. A flat list, so launch costs O(slots), not O(nodes).
   struct Update {
@@ -112,6 +138,8 @@ class SG_API GraphExec {
   void give_back(Replay* replay);
 
   std::vector<Node> nodes_;
+  std::vector<std::uint64_t> args_;  // the packed argument blocks (8-byte aligned)
+  std::vector<int> cross_deps_;
   std::vector<Update> updates_;
   std::vector<std::vector<int>> order_;  // node indices per stream, in order
   std::vector<std::string> symbols_;

@@ -141,6 +141,9 @@ class CapturedGraph final : public ConcreteGraph {
 
   mutable std::mutex mutex_;
   std::shared_ptr<MemPool> shared_pool_;
+  MemPool::Checkpoint shared_base_;  // shared_pool_ before any capture
+  // Keys share memory, so their replays never overlap, whatever the stream.
+  std::shared_ptr<ReplayOrder> order_ = std::make_shared<ReplayOrder>();
   std::vector<std::unique_ptr<Entry>> entries_;
   std::size_t distinct_keys_ = 0;
   bool eager_forever_ = false;
@@ -400,7 +403,10 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   if (config_.use_graph_pool) {
     e->pool = config_.use_graph_pool;
   } else if (config_.reuse_graph_pool_in_same_fx) {
-    if (!shared_pool_) shared_pool_ = cpu().allocator().create_pool("graph @" + graph_->name);
+    if (!shared_pool_) {
+      shared_pool_ = cpu().allocator().create_pool("graph @" + graph_->name);
+      shared_base_ = shared_pool_->checkpoint();
+    }
     e->pool = shared_pool_;
   } else {
     e->pool = cpu().allocator().create_pool("graph @" + graph_->name + " key " +
@@ -408,6 +414,12 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   }
   const std::int64_t reserved_before = e->pool->stats().reserved_bytes;
   Stream& stream = current_stream(cpu());
+
+  // Keys of one graph never run together (order_): this key's kernels may
+  // borrow the memory the other keys hold, outputs included (Note [Pool
+  // checkpoints]). Restored before the static inputs below are allocated, so
+  // they are not lent, and they borrow nothing themselves (only captures do).
+  if (e->pool == shared_pool_) shared_pool_->restore(shared_base_);
 
   // Static inputs: the graph reads user inputs from buffers it owns (or, with
   // clone_input=false, from the first caller's tensor), params and mutated
@@ -487,7 +499,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     c.keep_alive = caller.storage();
     copies.push_back(std::move(c));
   }
-  e.exec->launch(stream, values, copies);
+  e.exec->launch(stream, values, copies, order_);
   copies.clear();  // the launch holds its own references to the sources
   const std::uint64_t generation = e.pool->bump_generation(writer_name_);
   ++e.replays;

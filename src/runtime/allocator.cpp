@@ -15,7 +15,9 @@ struct Block {
   void* segment = nullptr;
   std::size_t offset = 0;
   std::size_t size = 0;
-  bool in_use = false;
+  int holders = 0;        // allocations holding it (2+ once lent by MemPool::restore)
+  bool lent = false;      // lent by MemPool::restore; stays lent until no one holds it
+  bool lendable = false;  // on the pool's lendable_ list
   // Streams that may still touch the block and their submitted count when it
   // was freed (see Note [Stream-ordered reuse]). The first is the owner.
   struct Use {
@@ -135,7 +137,53 @@ Block* MemPool::find_reusable(std::size_t bytes, const Stream& stream) {
       return block;
     }
   }
+  // Then a block another graph holds, lent by restore() (Note [Pool checkpoints]).
+  if (!lendable_.empty() && stream.is_capturing()) {
+    const auto it = lendable_.lower_bound(bytes);
+    if (it != lendable_.end() && it->first <= 2 * bytes) {
+      Block* block = it->second;
+      lendable_.erase(it);
+      block->lendable = false;
+      return block;
+    }
+  }
   return nullptr;
+}
+
+MemPool::Checkpoint MemPool::checkpoint() const {
+  std::lock_guard lock(mutex_);
+  Checkpoint cp;
+  cp.pool_id_ = id_;
+  for (const auto& block : blocks_) {
+    if (block->holders > 0) cp.held_.push_back(block.get());
+  }
+  std::sort(cp.held_.begin(), cp.held_.end());
+  return cp;
+}
+
+void MemPool::restore(const Checkpoint& state) {
+  std::lock_guard lock(mutex_);
+  SG_CHECK(state.pool_id_ == id_, "MemPool::restore: the checkpoint was taken of pool #",
+           state.pool_id_, ", not of pool '", name_, "' (#", id_, ")");
+  for (const auto& owned : blocks_) {
+    Block* block = owned.get();
+    if (block->holders == 0 || block->lendable ||
+        std::binary_search(state.held_.begin(), state.held_.end(), block)) {
+      continue;
+    }
+    block->lent = true;
+    block->lendable = true;
+    lendable_.emplace(block->size, block);
+  }
+}
+
+std::int64_t MemPool::borrowed_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::int64_t bytes = 0;
+  for (const auto& block : blocks_) {
+    if (block->holders > 1) bytes += static_cast<std::int64_t>(block->size);
+  }
+  return bytes;
 }
 
 DataPtr MemPool::allocate(std::size_t bytes, Stream& stream) {
@@ -161,18 +209,26 @@ DataPtr MemPool::allocate(std::size_t bytes, Stream& stream) {
     stats_.reserved_bytes += static_cast<std::int64_t>(size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }
-  block->in_use = true;
-  block->uses.assign(1, Block::Use{&stream, 0});
   ++stats_.num_allocs;
-  stats_.allocated_bytes += static_cast<std::int64_t>(block->size);
-  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  const bool first_holder = block->holders++ == 0;
+  if (first_holder) {
+    block->uses.assign(1, Block::Use{&stream, 0});
+    stats_.allocated_bytes += static_cast<std::int64_t>(block->size);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  } else if (std::none_of(block->uses.begin(), block->uses.end(),
+                          [&](const Block::Use& u) { return u.stream == &stream; })) {
+    block->uses.push_back(Block::Use{&stream, 0});  // a borrower: both streams constrain reuse
+  }
   lock.unlock();
 
-  Allocator& alloc = device_.allocator();
-  const std::int64_t now = alloc.allocated_bytes_.fetch_add(static_cast<std::int64_t>(block->size),
-                                                            std::memory_order_relaxed) +
-                           static_cast<std::int64_t>(block->size);
-  raise_peak(alloc.peak_allocated_bytes_, now);
+  if (first_holder) {
+    Allocator& alloc = device_.allocator();
+    const std::int64_t now =
+        alloc.allocated_bytes_.fetch_add(static_cast<std::int64_t>(block->size),
+                                         std::memory_order_relaxed) +
+        static_cast<std::int64_t>(block->size);
+    raise_peak(alloc.peak_allocated_bytes_, now);
+  }
 
   DataPtr out;
   out.ptr_ = block->ptr();
@@ -184,12 +240,30 @@ DataPtr MemPool::allocate(std::size_t bytes, Stream& stream) {
 
 void MemPool::free(Block* block) noexcept {
   std::lock_guard lock(mutex_);
-  SG_ASSERT(block->in_use);
-  block->in_use = false;
+  SG_ASSERT(block->holders > 0);
+  ++stats_.num_frees;
+  if (--block->holders > 0) {
+    // Lent (Note [Pool checkpoints]) and still held by another: lendable again.
+    if (block->lent && !block->lendable) {
+      block->lendable = true;
+      lendable_.emplace(block->size, block);
+    }
+    return;
+  }
+  block->lent = false;
   for (auto& use : block->uses) {
     if (use.stream != nullptr) use.until = use.stream->submitted();
   }
-  ++stats_.num_frees;
+  if (block->lendable) {
+    block->lendable = false;
+    for (auto it = lendable_.lower_bound(block->size);
+         it != lendable_.end() && it->first == block->size; ++it) {
+      if (it->second == block) {
+        lendable_.erase(it);
+        break;
+      }
+    }
+  }
   stats_.allocated_bytes -= static_cast<std::int64_t>(block->size);
   device_.allocator().allocated_bytes_.fetch_sub(static_cast<std::int64_t>(block->size),
                                                  std::memory_order_relaxed);

@@ -144,7 +144,10 @@ bool Stream::capture_launch(KernelFn fn, const ArgBlock& args, const char* kerne
   CaptureState& c = *capture_;
   const int slot = member_index(c, *this);
   auto& m = c.members[static_cast<std::size_t>(slot)];
-  GraphNode node;
+  if (c.graph.nodes.size() == c.graph.nodes.capacity()) {
+    c.graph.nodes.reserve(std::max<std::size_t>(64, 2 * c.graph.nodes.size()));
+  }
+  GraphNode& node = c.graph.nodes.emplace_back();  // built in place: nodes are ~900 bytes
   node.fn = fn;
   node.name = kernel_name;
   std::memcpy(static_cast<void*>(&node.args), &args, args.used_bytes());
@@ -152,7 +155,6 @@ bool Stream::capture_launch(KernelFn fn, const ArgBlock& args, const char* kerne
   if (m.last_node >= 0) node.deps.push_back(m.last_node);
   node.deps.insert(node.deps.end(), m.pending.begin(), m.pending.end());
   m.pending.clear();
-  c.graph.nodes.push_back(std::move(node));
   m.last_node = static_cast<int>(c.graph.nodes.size()) - 1;
   if (slot != 0) m.joined_back = false;
   return true;

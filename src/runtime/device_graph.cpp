@@ -1,6 +1,7 @@
 // DeviceGraph (recorded nodes) and GraphExec (replay): Note [Replay].
 #include "sinkgraph/device_graph.h"
 
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -89,6 +90,8 @@ struct GraphExec::Replay {
   std::uint64_t generation = 0;
   std::vector<std::int64_t> values;  // one per update, in node order
   std::vector<ReplayCopy> copies;
+  std::shared_ptr<ReplayOrder> order;  // with its ticket, when launched under an order
+  std::uint64_t ticket = 0;
 };
 
 std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::string>& symbols) const {
@@ -98,23 +101,36 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
   exec->order_.resize(static_cast<std::size_t>(num_streams));
   exec->has_cross_dependents_.assign(nodes.size(), false);
   exec->nodes_.reserve(nodes.size());
+  constexpr std::size_t kWord = sizeof(std::uint64_t);
+  static_assert(alignof(ArgBlock) <= kWord, "the argument arena is word aligned");
+  std::size_t words = 0;
+  for (const GraphNode& n : nodes) words += (n.args.used_bytes() + kWord - 1) / kWord;
+  SG_CHECK(words < (std::size_t{1} << 32), "a device graph of ", nodes.size(),
+           " nodes is too large to instantiate");
+  exec->args_.resize(words);
+  std::size_t at = 0;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& n = nodes[i];
-    GraphExec::Node node{n.fn, n.name, n.args, {}};
+    const std::size_t used = n.args.used_bytes();
+    std::memcpy(&exec->args_[at], &n.args, used);
+    GraphExec::Node node{n.fn, static_cast<std::uint32_t>(at),
+                         static_cast<std::uint32_t>(exec->cross_deps_.size()), 0};
+    at += (used + kWord - 1) / kWord;
     for (const int d : n.deps) {
       SG_ASSERT(d >= 0 && static_cast<std::size_t>(d) < i, "dependency on a later node");
       if (nodes[static_cast<std::size_t>(d)].stream != n.stream) {
-        node.cross_deps.push_back(d);
+        exec->cross_deps_.push_back(d);
         exec->has_cross_dependents_[static_cast<std::size_t>(d)] = true;
       }
     }
+    node.deps_end = static_cast<std::uint32_t>(exec->cross_deps_.size());
     for (const UpdateSlot& u : n.updates) {
       SG_CHECK(u.scalar_index >= 0 && u.scalar_index < n.args.num_scalars, "updatable slot ",
                u.scalar_index, " of node #", i, " (", n.name, ") is not a scalar of the node");
       exec->updates_.push_back(
           {static_cast<int>(i), u.scalar_index, CompiledSymExpr(u.expr, symbols)});
     }
-    exec->nodes_.push_back(std::move(node));
+    exec->nodes_.push_back(node);
     exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
   }
   exec->done_ = std::make_unique<std::atomic<std::uint64_t>[]>(nodes.size());
@@ -157,7 +173,8 @@ void GraphExec::give_back(Replay* replay) {
 }
 
 void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
-                       std::span<const ReplayCopy> copies) {
+                       std::span<const ReplayCopy> copies,
+                       const std::shared_ptr<ReplayOrder>& order) {
   SG_CHECK(sym_values.size() == symbols_.size(), "graph replay: expected ", symbols_.size(),
            " sym values, got ", sym_values.size());
   Replay* r = take_replay();
@@ -165,6 +182,12 @@ void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
   r->values.clear();
   for (const Update& u : updates_) r->values.push_back(u.expr.eval(sym_values.data()));
   r->copies.assign(copies.begin(), copies.end());
+  if (order != nullptr) {
+    if (r->order != order) r->order = order;
+    r->ticket = order->launched_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  } else {
+    r->order.reset();
+  }
   for (std::size_t b = 0; b < branches_.size(); ++b) {
     ArgBlock a;
     a.num_tensors = 0;
@@ -183,9 +206,11 @@ void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
 
 void GraphExec::run_stream(int stream, std::uint64_t generation, KernelContext& ctx) {
   for (const int index : order_[static_cast<std::size_t>(stream)]) {
-    Node& n = nodes_[static_cast<std::size_t>(index)];
-    for (const int d : n.cross_deps) wait_for(done_[static_cast<std::size_t>(d)], generation);
-    n.fn(n.args, ctx);
+    const Node& n = nodes_[static_cast<std::size_t>(index)];
+    for (std::uint32_t k = n.deps_begin; k < n.deps_end; ++k) {
+      wait_for(done_[static_cast<std::size_t>(cross_deps_[k])], generation);
+    }
+    n.fn(args_of(n), ctx);
     if (has_cross_dependents_[static_cast<std::size_t>(index)]) {
       done_[static_cast<std::size_t>(index)].store(generation, std::memory_order_release);
       done_[static_cast<std::size_t>(index)].notify_all();
@@ -198,10 +223,13 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   GraphExec& e = *r->exec;
   // Replays never overlap, even when launched on different streams.
   wait_for(e.finished_, r->generation - 1);
+  ReplayOrder* order = r->order.get();  // r holds it until give_back()
+  const std::uint64_t ticket = r->ticket;
+  if (order != nullptr) wait_for(order->finished_, ticket - 1);
   for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
   for (std::size_t k = 0; k < e.updates_.size(); ++k) {
     const Update& u = e.updates_[k];
-    e.nodes_[static_cast<std::size_t>(u.node)].args.scalars[u.slot].i = r->values[k];
+    e.args_of(e.nodes_[static_cast<std::size_t>(u.node)]).scalars[u.slot].i = r->values[k];
   }
   e.origin_ctx_.store(&ctx, std::memory_order_release);
   e.started_.store(r->generation, std::memory_order_release);
@@ -210,6 +238,10 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   for (std::size_t b = 1; b <= e.branches_.size(); ++b) wait_for(e.branch_done_[b], r->generation);
   const std::uint64_t generation = r->generation;
   r->copies.clear();  // releases the copies' sources
+  if (order != nullptr) {
+    order->finished_.store(ticket, std::memory_order_release);
+    order->finished_.notify_all();
+  }
   e.give_back(r);
   std::lock_guard lock(e.finish_mutex_);
   e.finished_.store(generation, std::memory_order_release);

@@ -287,6 +287,37 @@ TEST(compiler_capture, two_keys_of_one_graph_share_pool_memory) {
   EXPECT_LT(shared, separate) << "shared " << shared << " B, separate " << separate << " B";
 }
 
+TEST(compiler_capture, a_second_key_borrows_the_first_keys_memory_and_both_stay_correct) {
+  // Note [Pool checkpoints]: the second key's kernels reuse what the first key
+  // holds (its output included), so the pool grows only by the second key's
+  // static input; alternating keys still matches eager.
+  const sgtest::Mlp mlp;
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = compile_mlp(mlp, c, /*dynamic=*/true);
+  const sg::Tensor big = sgtest::random_tensor({8, 64}, 1);
+  const sg::Tensor small = sgtest::random_tensor({6, 64}, 2);
+  (void)(*fn)({big});
+  const std::int64_t one_key = fn->counters().pool_reserved_bytes;
+  (void)(*fn)({small});
+  const std::int64_t two_keys = fn->counters().pool_reserved_bytes;
+  EXPECT_EQ(fn->counters().captured, 2);
+  EXPECT_LE(two_keys - one_key, 6 * 64 * 4) << "one key " << one_key << " B, two " << two_keys;
+  for (int i = 0; i < 6; ++i) {
+    const sg::Tensor x = sgtest::random_tensor({i % 2 == 0 ? 8 : 6, 64}, 10 + i);
+    EXPECT_EQ((*fn)({x})[0].to_floats(), mlp(std::vector<sg::Arg>{x})[0].to_floats()) << i;
+  }
+  EXPECT_EQ(fn->counters().captured, 2);
+
+  // Without clone_output, key 6's replay overwrote key 8's output: reading it raises.
+  sg::CompilerConfig stamped = reduce_overhead();
+  auto g = compile_mlp(mlp, stamped, /*dynamic=*/true);
+  const sg::Tensor out8 = (*g)({big})[0];
+  const std::vector<float> want6 = mlp(std::vector<sg::Arg>{small})[0].to_floats();
+  EXPECT_EQ((*g)({small})[0].to_floats(), want6);
+  EXPECT_THROW((void)out8.to_floats(), sg::Error);
+}
+
 TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results) {
   const sgtest::Mlp mlp;
   sg::CompilerConfig c = reduce_overhead();

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "sinkgraph/device.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/kernel_abi.h"
 #include "sinkgraph/stream.h"
@@ -379,6 +380,57 @@ TEST_P(RuntimeAllocator, ConcurrentAllocationsFromManyThreads) {
   EXPECT_EQ(st.num_allocs, s0.num_allocs + kThreads * kRounds);
   EXPECT_EQ(st.num_frees, s0.num_frees + kThreads * kRounds);
   EXPECT_EQ(st.allocated_bytes, s0.allocated_bytes);
+}
+
+TEST_P(RuntimeAllocator, RestoreLendsBlocksHeldSinceTheCheckpointToCapturesOnly) {
+  sinkgraph::Allocator& alloc = allocator();
+  auto s = make_stream();
+  auto pool = alloc.create_pool("checkpointed");
+  sinkgraph::PoolScope scope(*s, pool);
+  DataPtr before = alloc.allocate(kKiB, *s);  // held at the checkpoint: never lent
+  const sinkgraph::MemPool::Checkpoint cp = pool->checkpoint();
+  EXPECT_EQ(cp.held_blocks(), 1U);
+  DataPtr first = alloc.allocate(4 * kKiB, *s);  // "graph A's output"
+  const std::int64_t reserved = pool->stats().reserved_bytes;
+  pool->restore(cp);
+
+  // Outside a capture nothing is borrowed: a fresh block.
+  DataPtr plain = alloc.allocate(4 * kKiB, *s);
+  EXPECT_NE(plain.get(), first.get());
+  EXPECT_EQ(pool->stats().reserved_bytes, reserved + i64(4 * kKiB));
+
+  // A capture borrows `first` (and never `before`): no new memory.
+  s->begin_capture(pool);
+  DataPtr borrowed = alloc.allocate(4 * kKiB, *s);
+  DataPtr small = alloc.allocate(kKiB, *s);
+  (void)s->end_capture();
+  sinkgraph::PoolScope after_capture(*s, pool);  // end_capture() ended the routing
+  EXPECT_EQ(borrowed.get(), first.get());
+  EXPECT_NE(small.get(), before.get());
+  EXPECT_EQ(pool->borrowed_bytes(), i64(4 * kKiB));
+  // A lent block counts once in allocated bytes.
+  EXPECT_EQ(pool->stats().allocated_bytes, i64(kKiB + 4 * kKiB + 4 * kKiB + kKiB));
+
+  // The owner lets go: the borrower still holds it, nothing is freed or reused.
+  void* const lent = first.get();
+  first = DataPtr();
+  EXPECT_EQ(pool->borrowed_bytes(), 0);
+  EXPECT_EQ(pool->stats().allocated_bytes, i64(kKiB + 4 * kKiB + 4 * kKiB + kKiB));
+  DataPtr other = alloc.allocate(4 * kKiB, *s);
+  EXPECT_NE(other.get(), lent);
+  // The last holder lets go: now it is an ordinary free block.
+  borrowed = DataPtr();
+  DataPtr again = alloc.allocate(4 * kKiB, *s);
+  EXPECT_EQ(again.get(), lent);
+
+  // A checkpoint restores only the pool it was taken of.
+  auto stranger = alloc.create_pool("stranger");
+  try {
+    stranger->restore(cp);
+    ADD_FAILURE() << "restoring another pool's checkpoint must raise";
+  } catch (const sinkgraph::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stranger"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(runtime, RuntimeAllocator,
