@@ -29,10 +29,14 @@ enum class CaptureErrorMode : std::uint8_t { global, thread_local_, relaxed };
 SG_API const char* capture_error_mode_name(CaptureErrorMode mode);
 
 // How an idle worker waits for work: it spins for `spin_us` microseconds, then
-// parks on a futex. Parking saves a core; waking a parked worker costs a
-// system call on the next launch. spin_us = 0 parks at once.
+// parks on a futex (a host thread waiting in synchronize() does the same).
+// Parking saves a core; waking a parked thread costs a system call and, on a
+// virtual machine whose idle vCPU halted, the hypervisor's wake-up: 200-330 us
+// measured on this project's 2-vCPU VMs, longer than a whole decode step. The
+// default, 2 ms, keeps a decode loop (host launches, device runs, host reads
+// the logits) from ever parking between steps. spin_us = 0 parks at once.
 struct StreamOptions {
-  std::int64_t spin_us = 200;
+  std::int64_t spin_us = 2000;
   std::string name;
 };
 
