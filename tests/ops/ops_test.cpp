@@ -356,8 +356,18 @@ TEST(ops_linear, random_shapes) {
     Dims x;
     std::int64_t n;
   };
-  const Case cases[] = {{{1, 16}, 8},   {{1, 5}, 1}, {{4, 16}, 8}, {{2, 3, 7}, 5},
-                        {{1, 1, 9}, 4}, {{3, 0}, 4}, {{0, 6}, 4},  {{5, 64}, 33}};
+  const Case cases[] = {{{1, 16}, 8},
+                        {{1, 5}, 1},
+                        {{4, 16}, 8},
+                        {{2, 3, 7}, 5},
+                        {{1, 1, 9}, 4},
+                        {{3, 0}, 4},
+                        {{0, 6}, 4},
+                        {{5, 64}, 33},
+                        // one row: the matrix-vector path, with rows left over after blocks of 4
+                        {{1, 64}, 67},
+                        {{1, 1, 300}, 258},
+                        {{1, 1}, 3}};
   std::mt19937 rng(31);
   for (const auto& c : cases) {
     SCOPED_TRACE(sgtest::str(c.x) + " n=" + std::to_string(c.n));

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
 
@@ -82,6 +83,62 @@ void embedding(const ArgBlock& args, KernelContext& ctx) {
   });
 }
 
+namespace {
+
+// Attention over f32 rows with unit-stride head dims (the decode case), with
+// the inner loops vectorized (Note [Vectorized inner loops]): the same
+// algorithm as the generic path below, summed in lanes.
+void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, const TensorArg& o,
+                   std::int64_t seq_len, float scale, std::int64_t group, KernelContext& ctx) {
+  const std::int64_t t_len = q.sizes[0], hq = q.sizes[1], d = q.sizes[2];
+  const std::int64_t cache = k.sizes[0];
+  const float* pq = q.ptr<float>();
+  const float* pk = k.ptr<float>();
+  const float* pv = v.ptr<float>();
+  float* po = o.ptr<float>();
+  parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<std::size_t>(cache + d));
+    float* scores = scratch.data();
+    float* acc = scores + cache;
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t t = task / hq;
+      const std::int64_t h = task % hq;
+      const std::int64_t visible = seq_len - t_len + t + 1;
+      const std::int64_t kvh = h / group;
+      const float* qrow = pq + t * q.strides[0] + h * q.strides[1];
+      const float* kbase = pk + kvh * k.strides[1];
+      float mx = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float s = vec::dot(qrow, kbase + j * k.strides[0], d) * scale;
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0.0F;
+#pragma omp simd reduction(+ : sum)
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float e = vec::exp(scores[j] - mx);
+        scores[j] = e;
+        sum += e;
+      }
+      std::fill(acc, acc + d, 0.0F);
+      const float* vbase = pv + kvh * v.strides[1];
+      for (std::int64_t j = 0; j < visible; ++j) {
+        const float* vrow = vbase + j * v.strides[0];
+        const float w = scores[j];
+#pragma omp simd
+        for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
+      }
+      const float inv = 1.0F / sum;
+      float* orow = po + t * o.strides[0] + h * o.strides[1];
+#pragma omp simd
+      for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
+    }
+  });
+}
+
+}  // namespace
+
 void attention(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& q = args.tensors[0];
   const TensorArg& k = args.tensors[1];
@@ -98,6 +155,12 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
     return;
   }
   const std::int64_t group = hq / hkv;
+  if (q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32 &&
+      o.dtype == DType::f32 && q.strides[2] == 1 && k.strides[2] == 1 && v.strides[2] == 1 &&
+      o.strides[2] == 1) {
+    attention_f32(q, k, v, o, seq_len, scale, group, ctx);
+    return;
+  }
   dispatch_float(q.dtype, [&]<typename T>() {
     const T* pq = static_cast<const T*>(q.data) + q.offset;
     const T* pk = static_cast<const T*>(k.data) + k.offset;

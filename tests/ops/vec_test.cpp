@@ -1,0 +1,51 @@
+// The vectorized helpers behind the decode kernels (Note [Vectorized inner
+// loops]) against the C library and plain loops.
+#include "kernels/cpu/vec.h"  // internal: the tests build with src/ on the include path
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace vec = sinkgraph::kernels::cpu::vec;
+
+TEST(ops_vec, exp_matches_std_exp_to_two_parts_in_ten_million) {
+  // Steps of 1e-3 over the range where exp is a normal float.
+  double worst = 0;
+  float worst_x = 0;
+  for (float x = -87.0F; x < 88.5F; x = std::nextafter(x + 1e-3F, 100.0F)) {
+    const double want = std::exp(static_cast<double>(x));
+    const double rel = std::abs(static_cast<double>(vec::exp(x)) - want) / want;
+    if (rel > worst) {
+      worst = rel;
+      worst_x = x;
+    }
+  }
+  EXPECT_LT(worst, 2e-7) << "at x = " << worst_x;
+  EXPECT_EQ(vec::exp(0.0F), 1.0F);
+  EXPECT_EQ(vec::exp(-100.0F), 0.0F);
+  EXPECT_EQ(vec::exp(-std::numeric_limits<float>::infinity()), 0.0F);
+  EXPECT_EQ(vec::exp(100.0F), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(vec::exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(ops_vec, dot_matches_a_double_loop) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const std::int64_t n : {0, 1, 7, 8, 9, 64, 513}) {
+    std::vector<float> a(static_cast<std::size_t>(n)), b(a.size());
+    for (auto& x : a) x = u(rng);
+    for (auto& x : b) x = u(rng);
+    double want = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) want += static_cast<double>(a[i]) * b[i];
+    EXPECT_NEAR(vec::dot(a.data(), b.data(), n), want, 1e-5 * (1 + static_cast<double>(n)))
+        << "n = " << n;
+  }
+}
+
+}  // namespace
