@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
+#include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph::tools {
@@ -48,6 +50,14 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   SG_CHECK(p + options.steps <= c.max_seq_len, "generate: prompt (", p, " tokens) plus steps (",
            options.steps, ") is ", p + options.steps, " positions, beyond the model's seq_len ",
            c.max_seq_len);
+  SG_CHECK(options.forced_ids.empty() ||
+               static_cast<std::int64_t>(options.forced_ids.size()) >= options.steps - 1,
+           "generate: teacher forcing needs ", options.steps - 1, " ids (one per decode step), got ",
+           options.forced_ids.size());
+  for (const std::int64_t id : options.forced_ids) {
+    SG_CHECK(id >= 0 && id < c.vocab_size, "generate: forced id ", id,
+             " is out of range for a vocabulary of ", c.vocab_size);
+  }
   for (std::size_t i = 0; i < options.prompt.size(); ++i) {
     SG_CHECK(options.prompt[i] >= 0 && options.prompt[i] < c.vocab_size, "generate: prompt id ",
              options.prompt[i], " at index ", i, " is out of range for a vocabulary of ",
@@ -122,20 +132,56 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   result.ids.push_back(next);
 
   // Decode: one token per step. The first step is not timed (it captures).
+  const bool on_device = options.device_argmax && options.temperature == 0.0 &&
+                         !options.stop_id && !options.keep_logits && options.forced_ids.empty();
+  result.used_device_argmax = on_device;
   std::chrono::steady_clock::time_point decode_start;
-  for (std::int64_t step = 1; step < options.steps; ++step) {
-    if (options.stop_id && next == *options.stop_id) break;
-    if (step == 2) decode_start = std::chrono::steady_clock::now();
-    span_start = now_ns();
-    const Tensor token = Tensor::from_ints({next}, {1});
-    const std::vector<float> row = run(decode, token, p + step - 1, kv).to_floats();
-    mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
-    if (options.keep_logits) result.logits.insert(result.logits.end(), row.begin(), row.end());
-    next = pick(row, options.temperature, rng);
-    result.ids.push_back(next);
-    if (step >= 2) ++result.timed_decode_steps;
+  if (on_device) {
+    // The token never visits the host: argmax runs on the stream right after
+    // the step and is the next step's input (a replay copies it into the
+    // graph's static buffer). Events between steps time each step on the device.
+    Tensor token = Tensor::from_ints({next}, {1});
+    std::vector<Tensor> picked;
+    std::vector<Event> done(static_cast<std::size_t>(std::max<std::int64_t>(options.steps, 1)));
+    done[0].record(stream);
+    for (std::int64_t step = 1; step < options.steps; ++step) {
+      if (step == 2) decode_start = std::chrono::steady_clock::now();
+      span_start = now_ns();
+      token = ops::argmax(run(decode, token, p + step - 1, kv));
+      done[static_cast<std::size_t>(step)].record(stream);
+      picked.push_back(token);
+      mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
+      if (step >= 2) ++result.timed_decode_steps;
+    }
+    stream.synchronize();
+    if (result.timed_decode_steps > 0) result.decode_seconds = seconds_since(decode_start);
+    for (const Tensor& t : picked) result.ids.push_back(t.to_ints()[0]);
+    for (std::int64_t step = 1; step < options.steps; ++step) {
+      result.step_us.push_back(1e3 * done[static_cast<std::size_t>(step - 1)].elapsed_ms(
+                                         done[static_cast<std::size_t>(step)]));
+    }
+  } else {
+    for (std::int64_t step = 1; step < options.steps; ++step) {
+      if (options.stop_id && next == *options.stop_id) break;
+      if (step == 2) decode_start = std::chrono::steady_clock::now();
+      span_start = now_ns();
+      const auto step_start = std::chrono::steady_clock::now();
+      const std::int64_t feed = options.forced_ids.empty()
+                                    ? next
+                                    : options.forced_ids[static_cast<std::size_t>(step - 1)];
+      const Tensor token = Tensor::from_ints({feed}, {1});
+      const std::vector<float> row = run(decode, token, p + step - 1, kv).to_floats();
+      mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
+      if (options.keep_logits) result.logits.insert(result.logits.end(), row.begin(), row.end());
+      next = pick(row, options.temperature, rng);
+      result.ids.push_back(next);
+      result.step_us.push_back(1e6 * seconds_since(step_start));
+      if (step >= 2) ++result.timed_decode_steps;
+    }
   }
-  if (result.timed_decode_steps > 0) result.decode_seconds = seconds_since(decode_start);
+  if (!on_device && result.timed_decode_steps > 0) {
+    result.decode_seconds = seconds_since(decode_start);
+  }
 
   stream.synchronize();
   result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
