@@ -201,13 +201,12 @@ class TorchLlama:
             k = self.rope(k, pos)
             self.k_cache[l, pos] = k
             self.v_cache[l, pos] = v
-            keys = self.k_cache[l, : pos + 1]  # [T, Hkv, D]
-            values = self.v_cache[l, : pos + 1]
+            keys = self.k_cache[l, : pos + 1].permute(1, 2, 0)  # [Hkv, D, T]
+            values = self.v_cache[l, : pos + 1].transpose(0, 1)  # [Hkv, T, D]
             # Query head h reads kv head h // group: view q as [Hkv, group, D].
             qg = q.view(self.n_kv_heads, self.group, self.head)
-            scores = torch.einsum("kgd,tkd->kgt", qg, keys) * self.scale
-            att = torch.softmax(scores, dim=-1)
-            out = torch.einsum("kgt,tkd->kgd", att, values).reshape(self.dim)
+            att = torch.softmax(torch.matmul(qg, keys) * self.scale, dim=-1)  # [Hkv, group, T]
+            out = torch.matmul(att, values).reshape(self.dim)
             x = x + torch.mv(lw["wo"], out)
             h = self.rmsnorm(x, lw["ffn_norm"])
             gate = torch.nn.functional.silu(torch.mv(lw["w1"], h)) * torch.mv(lw["w3"], h)
