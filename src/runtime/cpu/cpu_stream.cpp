@@ -15,6 +15,11 @@ inline void cpu_relax() {
   __builtin_ia32_pause();
 #endif
 }
+// Every 64 spins a spinning thread offers its core: on an idle machine the
+// call returns at once (no other thread is runnable), but when the cores are
+// oversubscribed a pure spin would hold the core the thread it waits for
+// needs, for a whole scheduler time slice (CUDA's "spin, then yield").
+inline void spin_yield() { std::this_thread::yield(); }
 }  // namespace
 
 class CpuStream::Context final : public KernelContext {
@@ -114,7 +119,10 @@ void CpuStream::worker_loop() {
       for (int i = 0; tail == head; ++i) {
         cpu_relax();
         tail = tail_.load(std::memory_order_acquire);
-        if ((i & 63) == 63 && now_ns() >= deadline) break;
+        if ((i & 63) == 63) {
+          if (now_ns() >= deadline) break;
+          spin_yield();
+        }
       }
       if (tail == head) {
         sleeping_.store(true, std::memory_order_seq_cst);
@@ -187,7 +195,10 @@ void CpuStream::wait_completed(std::uint64_t target) const {
   const std::int64_t deadline = now_ns() + spin_ns_;
   for (int i = 0; completed_.load(std::memory_order_acquire) < target; ++i) {
     cpu_relax();
-    if ((i & 63) == 63 && now_ns() >= deadline) break;
+    if ((i & 63) == 63) {
+      if (now_ns() >= deadline) break;
+      spin_yield();
+    }
   }
   if (completed_.load(std::memory_order_acquire) >= target) return;
   host_waiting_.fetch_add(1, std::memory_order_seq_cst);
