@@ -173,23 +173,7 @@ void matvec_f32(const float* w, std::int64_t ldw, const float* x, float* out, st
         for (std::int64_t i = r; i < n; ++i) out[i] = vec::dot(w + i * ldw, x, k);
         continue;
       }
-      const float* w0 = w + r * ldw;
-      const float* w1 = w0 + ldw;
-      const float* w2 = w1 + ldw;
-      const float* w3 = w2 + ldw;
-      float s0 = 0.0F, s1 = 0.0F, s2 = 0.0F, s3 = 0.0F;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-      for (std::int64_t i = 0; i < k; ++i) {
-        const float xi = x[i];
-        s0 += w0[i] * xi;
-        s1 += w1[i] * xi;
-        s2 += w2[i] * xi;
-        s3 += w3[i] * xi;
-      }
-      out[r] = s0;
-      out[r + 1] = s1;
-      out[r + 2] = s2;
-      out[r + 3] = s3;
+      vec::dot4(w + r * ldw, ldw, x, k, out + r);
     }
   });
 }

@@ -114,24 +114,17 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
         scores[j] = s;
         mx = std::max(mx, s);
       }
-      float sum = 0.0F;
-#pragma omp simd reduction(+ : sum)
-      for (std::int64_t j = 0; j < visible; ++j) {
-        const float e = vec::exp(scores[j] - mx);
-        scores[j] = e;
-        sum += e;
-      }
+      for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
+      const float sum = vec::sum(scores, visible);
       std::fill(acc, acc + d, 0.0F);
       const float* vbase = pv + kvh * v.strides[1];
       for (std::int64_t j = 0; j < visible; ++j) {
         const float* vrow = vbase + j * v.strides[0];
         const float w = scores[j];
-#pragma omp simd
         for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
       }
       const float inv = 1.0F / sum;
       float* orow = po + t * o.strides[0] + h * o.strides[1];
-#pragma omp simd
       for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
     }
   });
