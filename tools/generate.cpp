@@ -90,9 +90,6 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   if (options.mode != Mode::eager) {
     CompilerConfig config;
     config.mode = options.mode;
-    // The in-place passes are not written yet; compile without asking for them.
-    config.inplace_pass = false;
-    config.input_inplace_pass = false;
     auto backend = get_backend(config);
     TraceOptions prefill_options;
     prefill_options.graph_name = "prefill";
@@ -105,8 +102,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     decode = compile(fn, backend, decode_options);
     if (options.mode == Mode::max_autotune) {
       result.notes.emplace_back(
-          "--mode max-autotune: its fusion and memory-planning passes are not implemented yet; "
-          "running reduce-overhead (capture and replay)");
+          "--mode max-autotune: its fusion passes are not implemented yet; running "
+          "reduce-overhead's capture and replay with cat removal and memory planning");
     }
   }
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,

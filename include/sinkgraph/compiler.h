@@ -66,6 +66,11 @@ struct SG_API GraphCounters {
   std::int64_t recapture_due_to_force_recapture = 0;
   std::int64_t eager_fallback_due_to_capture_limit = 0;
   std::int64_t pool_reserved_bytes = 0;
+  // Note [Memory planning] in passes.h, for the largest captured key: the
+  // planned arena (0 unless max-autotune plans memory) and the liveness lower
+  // bound of the graph's intermediates (every capturing mode).
+  std::int64_t planned_arena_bytes = 0;
+  std::int64_t liveness_lower_bound_bytes = 0;
   GraphCounters& operator+=(const GraphCounters& o);
 };
 

@@ -73,6 +73,18 @@ struct NamedAttr {
   Attr value;
 };
 
+// Note [Placement hints]
+// Two node fields, set by the max-autotune passes and printed as trailing
+// pseudo-attributes (docs/ir.md, "Placement hints"), say where a fresh
+// operator's result lives instead of a fresh allocation:
+// - `reuse` (`reuse=%a`): the result is written into the memory of operand
+//   `reuse` (same dtype, shape and layout), which dies at this node (or is a
+//   `mutated` input the graph may write). The result is then a new name for
+//   that storage, exactly like an in-place operator's result.
+// - `placed` (`placed=true`, cat only): each operand was produced directly
+//   into its slice of this node's result, so the cat copies nothing; the
+//   result's memory exists from the first operand's producer on.
+// Both are properties of memory only: ignoring them computes the same values.
 class SG_API Node {
  public:
   const OpDef* op = nullptr;
@@ -80,6 +92,14 @@ class SG_API Node {
   std::vector<NamedAttr> attrs;  // non-tensor arguments in schema order
   std::vector<Value*> results;
   SourceLoc loc;
+  int reuse = -1;       // Note [Placement hints]: operand whose memory holds the result
+  bool placed = false;  // Note [Placement hints]: cat whose operands were produced in place
+
+  // The operand whose storage the result shares (a view, an in-place
+  // operator's mutated tensor, or `reuse`), or -1 for fresh memory.
+  [[nodiscard]] int aliased_operand() const {
+    return op->schema.alias_of >= 0 ? op->schema.alias_of : reuse;
+  }
 
   [[nodiscard]] const std::string& op_name() const { return op->schema.name; }
   [[nodiscard]] const Attr* attr(std::string_view name) const;
@@ -149,7 +169,15 @@ SG_API SymBindings bind_symbols(const Graph& graph, std::span<const RtValue> inp
 // Runs the graph through the eager dispatcher on the current stream. The
 // observer, when given, sees every node's output as it is produced.
 using NodeObserver = std::function<void(const Node& node, const Tensor& output)>;
+// Where a fresh node result goes (Note [Output placement] in op_registry.h): a
+// tensor of the result's concrete shape and dtype, or an undefined tensor to
+// let the dispatcher allocate. interpret() asks it for every node with fresh
+// memory (no view, no in-place operator, no `reuse`, and not an operand of a
+// `placed` cat, whose memory is the cat's: the cat is asked before its first
+// operand is produced). A memory plan is one (passes::MemoryPlan).
+using PlacementFn = std::function<Tensor(const Node& node)>;
 SG_API std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
-                                      const NodeObserver& observer = {});
+                                      const NodeObserver& observer = {},
+                                      const PlacementFn& placement = {});
 
 }  // namespace sinkgraph::ir

@@ -74,12 +74,16 @@ using ViewFn = ViewResult (*)(const Shape& shape, const Strides& strides, std::i
 // (cat: one copy per input into slices of its output).
 using CompositeFn = Tensor (*)(std::span<const Tensor* const> tensors,
                                std::span<const ScalarValue> scalars);
+// The same, writing into a placed output (Note [Output placement]), already checked.
+using CompositeIntoFn = Tensor (*)(std::span<const Tensor* const> tensors,
+                                   std::span<const ScalarValue> scalars, const Tensor& out);
 
 struct OpDef {
   OpSchema schema;
   ShapeFn shape_fn = nullptr;
   ViewFn view_fn = nullptr;  // views only
   CompositeFn composite = nullptr;
+  CompositeIntoFn composite_into = nullptr;  // composites that accept a placed output
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };
 
@@ -97,10 +101,24 @@ class SG_API OpRegistry {
   std::vector<OpDef> ops_;
 };
 
+// Note [Output placement]
+// The dispatcher normally allocates a fresh operator's output. A caller that
+// chose the memory ahead of time (the IR interpreter, for in-place reuse, cat
+// removal and memory planning) passes it as `out`: the operator writes there
+// and returns it. `out` must have exactly the shape and dtype the shape
+// function infers (any strides: the kernel ABI takes strided outputs), else
+// sinkgraph::Error; views and in-place operators, whose result is an input's
+// memory by definition, reject a placement. The operator's kernel must read
+// each input element before it writes the output element at the same index
+// when `out` shares memory with an input (elementwise kernels do); choosing
+// such a placement is the caller's responsibility (docs/architecture.md,
+// "max-autotune passes").
+
 // Runs `op` eagerly, exactly as the ops:: functions do: the generic entry
-// point the IR interpreter uses. `tensors` and `scalars` are in schema order.
+// point the IR interpreter uses. `tensors` and `scalars` are in schema order;
+// `out`, when not null, is where the output goes (Note [Output placement]).
 SG_API Tensor run_op(const OpDef& op, std::span<const Tensor* const> tensors,
-                     std::span<const ScalarValue> scalars);
+                     std::span<const ScalarValue> scalars, const Tensor* out = nullptr);
 
 // A per-thread hook that sees every operator call before it runs (the tracer
 // records calls instead of running them). set returns the previous hook.

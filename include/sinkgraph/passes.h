@@ -1,6 +1,7 @@
 #pragma once
 // Graph passes and the pass manager. Every built-in pass lives in its own file
 // in src/passes/ and is declared in the one list of builtin_passes().
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -25,7 +26,8 @@ struct Pass {
   std::function<void(ir::Graph&, PassContext&)> run;
 };
 
-// dce, cse, constant_folding, remove_noop_ops (in that order).
+// dce, cse, constant_folding, remove_noop_ops, inplace_pass,
+// input_inplace_pass, remove_cat_ops (in that order).
 SG_API const std::vector<Pass>& builtin_passes();
 // Throws sinkgraph::Error naming the unknown pass and listing the known ones.
 SG_API const Pass& find_pass(const std::string& name);
@@ -41,6 +43,43 @@ class SG_API PassManager {
  private:
   std::vector<Pass> passes_;
 };
+
+// Note [Memory planning]
+// At capture, shapes are concrete (one graph key), so every intermediate's
+// size and live range is known. plan_memory() groups values by storage (views,
+// in-place results and placement hints share their root's memory), gives each
+// group of fresh memory a live range from the node that creates it to the last
+// use of any value in the group (graph outputs: to the end), and assigns byte
+// offsets in ONE arena: largest first, each into the best-fitting gap among
+// the groups whose ranges overlap its own (greedy by size, best fit). Two
+// groups share bytes only when their ranges are disjoint; a node's output
+// never overlaps an input that dies at that node (ranges include both ends).
+// lower_bound_bytes is the liveness bound: the most bytes live at any node, a
+// floor no assignment can beat. Sizes are rounded up to kPlanAlignment.
+struct MemoryPlan {
+  static constexpr std::int64_t kPlanAlignment = 64;
+  struct Buffer {
+    const ir::Node* node = nullptr;  // creates the memory (its result is the root)
+    std::int64_t bytes = 0;          // aligned
+    std::int64_t offset = 0;         // in the arena
+    std::size_t first = 0;           // node indices, inclusive
+    std::size_t last = 0;
+  };
+  std::vector<Buffer> buffers;  // in program order of `node`
+  std::unordered_map<const ir::Node*, std::size_t> by_node;
+  std::int64_t arena_bytes = 0;
+  std::int64_t lower_bound_bytes = 0;
+  // The buffer of a node whose result is placed (fresh memory), or null.
+  [[nodiscard]] const Buffer* find(const ir::Node& node) const {
+    const auto it = by_node.find(&node);
+    return it == by_node.end() ? nullptr : &buffers[it->second];
+  }
+};
+// Plans the fresh intermediates of `graph` for concrete symbol values. With
+// assign=false only the buffers, live ranges and lower bound are computed
+// (linear time; offsets stay 0 and arena_bytes 0).
+SG_API MemoryPlan plan_memory(const ir::Graph& graph, const SymBindings& bindings,
+                              bool assign = true);
 
 // Graphviz DOT of a graph: inputs, nodes with their types, edges, outputs.
 SG_API std::string to_dot(const ir::Graph& graph);

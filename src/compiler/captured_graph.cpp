@@ -18,6 +18,7 @@
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
+#include "sinkgraph/passes.h"
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph::detail {
@@ -79,6 +80,8 @@ class CapturedGraph final : public ConcreteGraph {
     for (const auto& e : entries_) {
       if (seen.insert(e->pool.get()).second)
         c.pool_reserved_bytes += e->pool->stats().reserved_bytes;
+      c.planned_arena_bytes = std::max(c.planned_arena_bytes, e->planned_bytes);
+      c.liveness_lower_bound_bytes = std::max(c.liveness_lower_bound_bytes, e->lower_bound_bytes);
     }
     return c;
   }
@@ -91,6 +94,11 @@ class CapturedGraph final : public ConcreteGraph {
   struct Entry {
     std::vector<std::int64_t> key;
     std::shared_ptr<MemPool> pool;
+    // Note [Memory planning]: every planned intermediate lives in this one
+    // allocation, held as long as the captured graph that writes it.
+    std::shared_ptr<Storage> arena;
+    std::int64_t planned_bytes = 0;      // the arena's size (0: not planned)
+    std::int64_t lower_bound_bytes = 0;  // liveness lower bound of the intermediates
     DeviceGraph device_graph;
     std::unique_ptr<GraphExec> exec;
     std::vector<Tensor> static_inputs;       // per graph input (user inputs only)
@@ -218,12 +226,13 @@ void CapturedGraph::analyze() {
     if (keyed.contains(symbols_[i].name)) key_symbols_.push_back(static_cast<int>(i));
   }
 
-  // Outputs that are (in-place results of) inputs return the caller's tensor.
+  // Outputs that are (in-place results of) inputs return the caller's tensor
+  // (in-place operators, and `reuse` hints: Note [Placement hints] in ir.h).
   for (const ir::Value* out : graph_->outputs) {
     const ir::Value* v = out;
-    while (v->producer != nullptr && v->producer->op->schema.alias_of == 0 &&
+    while (v->producer != nullptr && v->producer->aliased_operand() >= 0 &&
            !v->producer->op->schema.is_view) {
-      v = v->producer->operands[0];
+      v = v->producer->operands[static_cast<std::size_t>(v->producer->aliased_operand())];
     }
     int alias = -1;
     if (v->is_input()) {
@@ -443,15 +452,42 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   for (const int i : param_inputs_)
     e->param_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
 
+  // Note [Memory planning] in passes.h: shapes are concrete for this key.
+  // max-autotune places every fresh intermediate at its planned offset in one
+  // arena; the other modes only measure the liveness lower bound.
+  const SymBindings bindings = ir::bind_symbols(*graph_, capture_inputs);
+  const bool planned = config_.mode == Mode::max_autotune && config_.memory_planning;
+  const passes::MemoryPlan plan = passes::plan_memory(*graph_, bindings, planned);
+  e->lower_bound_bytes = plan.lower_bound_bytes;
+  const ir::PlacementFn placement = [&](const ir::Node& node) -> Tensor {
+    const passes::MemoryPlan::Buffer* b = e->arena ? plan.find(node) : nullptr;
+    if (b == nullptr) return {};
+    const ir::Value& v = *node.result();
+    Shape shape;
+    for (const SymInt& d : v.meta.shape) shape.push_back(d.eval(bindings));
+    const auto elem = static_cast<std::int64_t>(dtype_size(v.meta.dtype));
+    return Tensor(e->arena, v.meta.dtype, shape, contiguous_strides(shape), b->offset / elem);
+  };
+
   // Record: run the graph through the dispatcher with the stream capturing,
   // noting which device node each IR node launched.
   std::vector<std::pair<const ir::Node*, std::size_t>> launched;
   std::vector<ir::RtValue> outputs;
   stream.begin_capture(e->pool, config_.capture_error_mode);
   try {
-    outputs = ir::interpret(*graph_, capture_inputs, [&](const ir::Node& node, const Tensor&) {
-      launched.emplace_back(&node, stream.capture_size());
-    });
+    if (planned && plan.arena_bytes > 0) {
+      // Allocated for the capturing stream: from the pool, and free to borrow
+      // what the graph's other keys hold (Note [Pool checkpoints]).
+      e->arena = std::make_shared<Storage>(
+          cpu(), cpu().allocator().allocate(static_cast<std::size_t>(plan.arena_bytes), stream));
+      e->planned_bytes = plan.arena_bytes;
+    }
+    outputs = ir::interpret(
+        *graph_, capture_inputs,
+        [&](const ir::Node& node, const Tensor&) {
+          launched.emplace_back(&node, stream.capture_size());
+        },
+        placement);
   } catch (...) {
     try {
       (void)stream.end_capture();
@@ -547,6 +583,21 @@ std::string CapturedGraph::explain() const {
     out << "  key " << i << ": " << e.device_graph.nodes.size() << " nodes, captured in "
         << e.capture_ms << " ms, pool '" << e.pool->name() << "' +" << e.pool_bytes
         << " B, replayed " << e.replays << " times\n";
+    out << "    memory: ";
+    if (e.planned_bytes > 0) {
+      out << "planned arena " << e.planned_bytes << " B (";
+    } else {
+      out << "not planned (";
+    }
+    out << "liveness lower bound of the intermediates " << e.lower_bound_bytes << " B";
+    if (e.planned_bytes > 0 && e.lower_bound_bytes > 0) {
+      char ratio[32];
+      std::snprintf(
+          ratio, sizeof ratio, "%.3f",
+          static_cast<double>(e.planned_bytes) / static_cast<double>(e.lower_bound_bytes));
+      out << ", planned/bound " << ratio;
+    }
+    out << "), pool +" << e.pool_bytes << " B\n";
   }
   for (const auto& note : notes_) out << "  note: " << note << "\n";
   return out.str();

@@ -70,6 +70,8 @@ GraphCounters& GraphCounters::operator+=(const GraphCounters& o) {
   recapture_due_to_force_recapture += o.recapture_due_to_force_recapture;
   eager_fallback_due_to_capture_limit += o.eager_fallback_due_to_capture_limit;
   pool_reserved_bytes += o.pool_reserved_bytes;
+  planned_arena_bytes += o.planned_arena_bytes;
+  liveness_lower_bound_bytes += o.liveness_lower_bound_bytes;
   return *this;
 }
 

@@ -15,8 +15,8 @@ namespace {
 
 // Note [Modes that cannot yet do what they promise]
 // max-autotune's fusion passes are not written yet: it runs reduce-overhead's
-// pipeline and says so on stderr and in the explain report at every compile,
-// never silently.
+// pipeline plus cat removal and memory planning, and says so on stderr and in
+// the explain report at every compile, never silently.
 
 class EagerGraph final : public ConcreteGraph {
  public:
@@ -59,6 +59,13 @@ std::vector<std::string> GraphCompiler::pipeline() const {
     out.emplace_back("constant_folding");
     if (config_.remove_noop_ops) out.emplace_back("remove_noop_ops");
     out.emplace_back("dce");
+    const bool max_autotune = config_.mode == Mode::max_autotune;
+    if (max_autotune && config_.remove_cat_ops) out.emplace_back("remove_cat_ops");
+    // Writing straight into a mutated input saves the intermediate and the
+    // copy back, so it goes before the reuse of intermediates.
+    if (config_.input_inplace_pass) out.emplace_back("input_inplace_pass");
+    if (config_.inplace_pass) out.emplace_back("inplace_pass");
+    // Memory planning runs at capture, per graph key (captured_graph.cpp).
   }
   for (const auto& p : config_.post_passes) out.push_back(p.name);
   return out;
@@ -70,12 +77,8 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
   if (!eager) {
     if (config_.mode == Mode::max_autotune) {
       notes.emplace_back(
-          "mode 'max-autotune': pattern fusion, cat removal and memory planning are not "
-          "implemented yet; it runs the reduce-overhead pipeline (capture and replay)");
-    }
-    if (config_.inplace_pass || config_.input_inplace_pass) {
-      notes.emplace_back(
-          "inplace_pass / input_inplace_pass are not implemented yet and were skipped");
+          "mode 'max-autotune': pattern and elementwise fusion are not implemented yet; it runs "
+          "the reduce-overhead pipeline plus cat removal and memory planning");
     }
     for (const auto& note : notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
   }

@@ -170,6 +170,8 @@ std::unique_ptr<Graph> Graph::clone() const {
     copy->op = node->op;
     copy->attrs = node->attrs;
     copy->loc = node->loc;
+    copy->reuse = node->reuse;
+    copy->placed = node->placed;
     for (const Value* o : node->operands) copy->operands.push_back(map.at(o));
     for (const Value* r : node->results) {
       Value* v = out->new_value(r->name);

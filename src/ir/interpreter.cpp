@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "sinkgraph/ir.h"
+#include "sinkgraph/shape.h"
 
 namespace sinkgraph::ir {
 
@@ -64,12 +65,41 @@ ScalarValue concretize(const ScalarValue& attr, const SymBindings& bindings) {
 }  // namespace
 
 std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
-                               const NodeObserver& observer) {
+                               const NodeObserver& observer, const PlacementFn& placement) {
   const SymBindings bindings = bind_symbols(graph, inputs);
   std::unordered_map<const Value*, Tensor> env;
   for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
     if (const auto* t = std::get_if<Tensor>(&inputs[i])) env[graph.inputs()[i]] = *t;
   }
+  // Note [Placement hints] in ir.h: operands of a placed cat are produced
+  // into their slices of the cat's output, which exists from the first one on.
+  struct Slot {
+    const Node* cat;
+    std::int64_t start;
+  };
+  std::unordered_map<const Node*, Slot> slots;  // producer -> its slice of a placed cat
+  std::unordered_map<const Node*, Tensor> cat_outputs;
+  for (const auto& node : graph.nodes()) {
+    if (!node->placed) continue;
+    const int rank = node->result()->meta.shape.size();
+    const int dim = wrap_dim(std::get<SymInt>(node->attrs.at(0).value).eval(bindings), rank, "cat");
+    std::int64_t start = 0;
+    for (const Value* v : node->operands) {
+      SG_ASSERT(v->producer != nullptr, "placed cat operand %", v->name, " has no producer");
+      slots[v->producer] = {node.get(), start};
+      start += v->meta.shape[dim].eval(bindings);
+    }
+  }
+  auto fresh_output = [&](const Node& node) {
+    Tensor t;
+    if (placement) t = placement(node);
+    if (!t.defined()) {
+      Shape shape;
+      for (const SymInt& d : node.result()->meta.shape) shape.push_back(d.eval(bindings));
+      t = Tensor::empty(shape, node.result()->meta.dtype);
+    }
+    return t;
+  };
   std::vector<const Tensor*> operands;
   std::vector<ScalarValue> scalars;
   for (const auto& node : graph.nodes()) {
@@ -77,7 +107,26 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
     scalars.clear();
     for (const Value* v : node->operands) operands.push_back(&env.at(v));
     for (const auto& a : node->attrs) scalars.push_back(concretize(a.value, bindings));
-    Tensor out = run_op(*node->op, operands, scalars);
+    Tensor placed;
+    if (node->reuse >= 0) {
+      placed = *operands.at(static_cast<std::size_t>(node->reuse));
+    } else if (const auto slot = slots.find(node.get()); slot != slots.end()) {
+      const Node& cat = *slot->second.cat;
+      auto [it, first] = cat_outputs.try_emplace(&cat);
+      if (first) it->second = fresh_output(cat);
+      const Tensor& whole = it->second;
+      const int dim =
+          wrap_dim(std::get<SymInt>(cat.attrs.at(0).value).eval(bindings), whole.ndim(), "cat");
+      Shape shape = whole.shape();
+      shape[dim] = node->result()->meta.shape[dim].eval(bindings);
+      placed = Tensor(whole.storage(), whole.dtype(), shape, whole.strides(),
+                      whole.offset() + slot->second.start * whole.strides()[dim]);
+    } else if (node->placed) {
+      placed = cat_outputs.at(node.get());
+    } else if (placement && node->aliased_operand() < 0) {
+      placed = placement(*node);
+    }
+    Tensor out = run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
     if (observer) observer(*node, out);
     env[node->result()] = std::move(out);
   }

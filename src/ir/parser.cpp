@@ -413,6 +413,8 @@ class Parser {
     std::vector<PositionalArg> positional;
     std::map<std::size_t, Attr> attrs;  // by schema index
     bool seen_attr = false;
+    std::optional<Token> reuse;  // Note [Placement hints] in ir.h
+    std::optional<Token> placed;
     if (tok_.kind != Tok::rparen) {
       for (;;) {
         const Token t = tok_;
@@ -428,6 +430,21 @@ class Parser {
             const ArgSpec& a = op->schema.args[i];
             if (a.name == t.text && a.kind != ArgKind::tensor && a.kind != ArgKind::tensor_list)
               index = i;
+          }
+          if (index == op->schema.args.size() && (t.text == "reuse" || t.text == "placed")) {
+            std::optional<Token>& hint = t.text == "reuse" ? reuse : placed;
+            if (hint) fail(t.loc, "duplicate attribute " + text::describe(t));
+            hint = tok_;
+            if (t.text == "reuse") {
+              expect(Tok::value, "the reused operand (%name) after reuse=");
+            } else {
+              bump();
+              if (!(hint->kind == Tok::ident && hint->text == "true")) {
+                fail(hint->loc, "placed= takes only true, got " + text::describe(*hint));
+              }
+            }
+            if (!accept(Tok::comma)) break;
+            continue;
           }
           if (index == op->schema.args.size()) {
             fail(t.loc, "unknown attribute " + text::describe(t) + " for " + op_name);
@@ -503,6 +520,20 @@ class Parser {
       fail(op_tok.loc, e.what());
     }
     node->loc = op_tok.loc;
+    if (reuse) {
+      const std::string name(reuse->text);
+      for (std::size_t i = 0; i < node->operands.size() && node->reuse < 0; ++i) {
+        if (node->operands[i]->name == name) node->reuse = static_cast<int>(i);
+      }
+      if (node->reuse < 0) {
+        fail(reuse->loc, "reuse=%" + std::string(reuse->text) + " names no operand of this " +
+                             op_name + " node");
+      }
+    }
+    if (placed) {
+      if (op_name != "cat") fail(placed->loc, "placed=true is only for cat, not " + op_name);
+      node->placed = true;
+    }
     Value* result = node->result();
     result->loc = results[0].loc;
     if (const std::string bad = text::check_dims_bounds(result->meta.shape.span()); !bad.empty()) {

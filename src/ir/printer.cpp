@@ -101,6 +101,15 @@ std::string operands_str(const Node& node) {
     sep();
     out += a.name + "=" + text::attr_str(a.value);
   }
+  // Note [Placement hints] in ir.h.
+  if (node.reuse >= 0 && static_cast<std::size_t>(node.reuse) < node.operands.size()) {
+    sep();
+    out += "reuse=%" + node.operands[static_cast<std::size_t>(node.reuse)]->name;
+  }
+  if (node.placed) {
+    sep();
+    out += "placed=true";
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // Checks a graph built in code or changed by a pass (docs/ir.md, "Verifier").
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "sinkgraph/ir.h"
@@ -159,6 +160,7 @@ class Verifier {
              "output %" + (out ? out->name : std::string("<null>")) + " is not a defined value");
       }
     }
+    check_hints();
   }
 
  private:
@@ -287,6 +289,104 @@ class Verifier {
       if (!same) {
         fail(node.loc, ctx + ": attribute '" + spec.name + "' of " + node.op->schema.name +
                            " is updatable but determines the result shape");
+      }
+    }
+  }
+
+  // Note [Placement hints] in ir.h: each hint is sound, in O(nodes + uses).
+  void check_hints() {
+    constexpr std::size_t kEnd = static_cast<std::size_t>(-1);  // graph outputs live to the end
+    std::unordered_map<const Node*, std::size_t> index;
+    std::unordered_map<const Value*, const Value*> root;  // storage root, where not itself
+    // The contents a value names: like its root, except that a `reuse` result
+    // starts new contents (what the reused operand held is dead from there on).
+    std::unordered_map<const Value*, const Value*> version;
+    std::unordered_map<const Value*, std::size_t> uses;
+    std::unordered_map<const Value*, std::size_t> last_use;  // per version
+    std::unordered_set<const Value*> strided;  // views, and results placed into a cat's slice
+    auto root_of = [&](const Value* v) {
+      const auto it = root.find(v);
+      return it == root.end() ? v : it->second;
+    };
+    auto version_of = [&](const Value* v) {
+      const auto it = version.find(v);
+      return it == version.end() ? v : it->second;
+    };
+    std::size_t i = 0;
+    bool any = false;
+    for (const auto& node : graph_.nodes()) {
+      any = any || node->reuse >= 0 || node->placed;
+      index[node.get()] = i;
+      for (const Value* o : node->operands) {
+        ++uses[o];
+        last_use[version_of(o)] = i;
+      }
+      const int a = node->aliased_operand();
+      if (a >= 0 && static_cast<std::size_t>(a) < node->operands.size()) {
+        const Value* from = node->operands[static_cast<std::size_t>(a)];
+        root[node->result()] = root_of(from);
+        if (node->op->schema.alias_of >= 0) version[node->result()] = version_of(from);
+        if (node->op->schema.is_view || strided.contains(from)) strided.insert(node->result());
+      }
+      if (node->placed) {
+        for (const Value* o : node->operands) strided.insert(o);
+      }
+      ++i;
+    }
+    if (!any) return;
+    for (const Value* o : graph_.outputs) {
+      ++uses[o];
+      last_use[version_of(o)] = kEnd;
+    }
+    for (const auto& node : graph_.nodes()) {
+      const std::string ctx = "node %" + node->result()->name + " (" + node->op_name() + ")";
+      if (node->placed) {
+        if (node->op_name() != "cat") fail(node->loc, ctx + ": placed=true is only for cat");
+        for (const Value* o : node->operands) {
+          const Node* p = o->producer;
+          if (p == nullptr || p->aliased_operand() >= 0 || p->op->composite != nullptr) {
+            fail(node->loc, ctx + ": placed=true, but operand %" + o->name +
+                                " is not the fresh result of a kernel that could write into "
+                                "its slice");
+          }
+          if (uses[o] != 1) {
+            fail(node->loc, ctx + ": placed=true, but operand %" + o->name +
+                                " is used elsewhere too (its memory is a slice of the cat)");
+          }
+        }
+      }
+      if (node->reuse < 0) continue;
+      if (static_cast<std::size_t>(node->reuse) >= node->operands.size()) {
+        fail(node->loc, ctx + ": reuse names operand " + std::to_string(node->reuse) + " of " +
+                            std::to_string(node->operands.size()));
+      }
+      if (node->op->schema.alias_of >= 0 || node->op->composite != nullptr) {
+        fail(node->loc, ctx + ": reuse= needs an operator with a fresh result of its own kernel");
+      }
+      const Value* o = node->operands[static_cast<std::size_t>(node->reuse)];
+      const std::string what = ctx + ": reuse=%" + o->name;
+      if (!same_meta(o->meta, node->result()->meta)) {
+        fail(node->loc, what + ", but %" + o->name + " is " + text::type_str(o->meta) +
+                            " and the result " + text::type_str(node->result()->meta));
+      }
+      if (strided.contains(o)) {
+        fail(node->loc,
+             what + ", but %" + o->name + " is a view (its layout may differ from the result's)");
+      }
+      const Value* r = root_of(o);
+      if (r->is_input()) {
+        if (r->kind != InputKind::mutated) {
+          fail(node->loc, what + ", but its memory is graph input %" + r->name + " (" +
+                              input_kind_name(r->kind) + "), which the graph may not write");
+        }
+      } else if (last_use[version_of(o)] != index[node.get()]) {
+        fail(node->loc, what + ", but the memory of %" + o->name +
+                            " is still used after this node (later, or as a graph output)");
+      }
+      for (const Value* other : node->operands) {
+        if (other != o && root_of(other) == r) {
+          fail(node->loc, what + ", but operand %" + other->name + " shares its memory");
+        }
       }
     }
   }

@@ -12,9 +12,10 @@ namespace sinkgraph::detail {
 
 // Runs `op` eagerly on the current stream of the inputs' device. `tensors`
 // and `scalars` are in schema order. Returns the output: fresh, a view, or the
-// mutated input of an in-place operator.
+// mutated input of an in-place operator. `out`: a placed output (Note
+// [Output placement] in op_registry.h).
 Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
-                std::span<const ScalarValue> scalars);
+                std::span<const ScalarValue> scalars, const Tensor* out = nullptr);
 
 // Validation and shape inference alone (composite operators use it).
 struct Inferred {

@@ -71,8 +71,8 @@ std::vector<std::string> OpRegistry::names() const {
 }
 
 Tensor run_op(const OpDef& op, std::span<const Tensor* const> tensors,
-              std::span<const ScalarValue> scalars) {
-  return detail::dispatch(op, tensors, scalars);
+              std::span<const ScalarValue> scalars, const Tensor* out) {
+  return detail::dispatch(op, tensors, scalars, out);
 }
 
 DispatchInterceptor* set_dispatch_interceptor(DispatchInterceptor* interceptor) {
@@ -135,9 +135,27 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
   g_counters.shape_fns.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+// Note [Output placement]: a placed output must be exactly what the operator produces.
+void check_placed(const OpDef& op, const Tensor& out, const TensorMeta& inferred) {
+  const char* name = op.schema.name.c_str();
+  SG_CHECK(op.schema.alias_of < 0, name, ": an output placement was given, but ", name,
+           " returns (a view of) its input, never a fresh output");
+  SG_CHECK(out.defined() && !out.is_traced(), name, ": the placed output is not a concrete tensor");
+  const Shape want = to_concrete(inferred.shape);
+  SG_CHECK(out.dtype() == inferred.dtype && out.shape() == want, name, ": the placed output is ",
+           dtype_name(out.dtype()), shape_str(out.shape()), " but ", name, " produces ",
+           dtype_name(inferred.dtype), shape_str(want));
+  out.check_not_stale(name);
+}
+}  // namespace
+
 Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
-                std::span<const ScalarValue> scalars) {
+                std::span<const ScalarValue> scalars, const Tensor* placed) {
   if (t_interceptor != nullptr) [[unlikely]] {
+    SG_CHECK(placed == nullptr, op.schema.name,
+             ": an output placement cannot be traced (it is a property of a run, not of the "
+             "graph)");
     return t_interceptor->intercept(op, tensors, scalars);
   }
   g_counters.dispatches.fetch_add(1, std::memory_order_relaxed);
@@ -159,11 +177,20 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
     OpName(const OpName&) = delete;
     OpName& operator=(const OpName&) = delete;
   } op_name(op.schema.name.c_str());
-  if (op.composite != nullptr) return op.composite(tensors, scalars);
   const char* name = op.schema.name.c_str();
+  if (op.composite != nullptr) {
+    if (placed == nullptr) return op.composite(tensors, scalars);
+    SG_CHECK(op.composite_into != nullptr, name,
+             ": an output placement was given, but this composite operator cannot take one");
+    Inferred check;
+    infer(op, tensors, scalars, check);
+    check_placed(op, *placed, check.out);
+    return op.composite_into(tensors, scalars, *placed);
+  }
   Inferred inferred;
   infer(op, tensors, scalars, inferred);
   const TensorMeta& out = inferred.out;
+  if (placed != nullptr) check_placed(op, *placed, out);
   Device* device = inferred.device;
   const ShapeArgs& shape_args = inferred.args;
 
@@ -176,8 +203,9 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   }
 
   const bool fresh = op.schema.alias_of < 0;
-  Tensor result = fresh ? Tensor::empty(to_concrete(out.shape), out.dtype, *device)
-                        : *tensors[static_cast<std::size_t>(op.schema.alias_of)];
+  Tensor result = !fresh              ? *tensors[static_cast<std::size_t>(op.schema.alias_of)]
+                  : placed != nullptr ? *placed
+                                      : Tensor::empty(to_concrete(out.shape), out.dtype, *device);
   const KernelFn kernel = op.kernels[static_cast<std::size_t>(device->type())];
   SG_CHECK(kernel != nullptr, name, ": no kernel for ", device->name());
 

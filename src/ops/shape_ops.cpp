@@ -207,18 +207,33 @@ TensorMeta cat_shape(const ShapeArgs& args) {
   return out;
 }
 
-// cat's composite: one copy per input into slices of a fresh output.
-Tensor cat_composite(std::span<const Tensor* const> tensors, std::span<const ScalarValue> scalars) {
-  Inferred inferred;
-  infer(op_def<kCat>(), tensors, scalars, inferred);
-  Tensor out = Tensor::empty(to_concrete(inferred.out.shape), inferred.out.dtype, *inferred.device);
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+// cat's composite: one copy per input into slices of `out`. An input that
+// already is its slice of the output (cat removal: Note [Cat removal] in
+// src/passes/remove_cat.cpp) is not copied.
+Tensor cat_into(std::span<const Tensor* const> tensors, std::span<const ScalarValue> scalars,
+                const Tensor& out) {
   const int d = wrap_dim(std::get<SymInt>(scalars[0]).value(), out.ndim(), kCat);
   std::int64_t offset = 0;
   for (const Tensor* t : tensors) {
-    ops::copy_(ops::narrow(out, d, offset, t->size(d)), *t);
+    const Tensor slot = ops::narrow(out, d, offset, t->size(d));
+    if (!same_view(slot, *t)) ops::copy_(slot, *t);
     offset += t->size(d);
   }
   return out;
+}
+
+// ... into a fresh output.
+Tensor cat_composite(std::span<const Tensor* const> tensors, std::span<const ScalarValue> scalars) {
+  Inferred inferred;
+  infer(op_def<kCat>(), tensors, scalars, inferred);
+  return cat_into(
+      tensors, scalars,
+      Tensor::empty(to_concrete(inferred.out.shape), inferred.out.dtype, *inferred.device));
 }
 
 OpDef make_view(const char* name, std::vector<ArgSpec> args, ShapeFn shape, ViewFn view) {
@@ -249,6 +264,7 @@ void register_shape_ops(OpRegistry& r) {
   OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}},
                       cat_shape, nullptr);
   cat.composite = cat_composite;
+  cat.composite_into = cat_into;
   r.add(std::move(cat));
 }
 

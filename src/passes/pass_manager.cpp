@@ -13,6 +13,9 @@ const std::vector<Pass>& builtin_passes() {
       {"cse", cse},
       {"constant_folding", constant_folding},
       {"remove_noop_ops", remove_noop_ops},
+      {"inplace_pass", inplace_pass},
+      {"input_inplace_pass", input_inplace_pass},
+      {"remove_cat_ops", remove_cat_ops},
   };
   return passes;
 }

@@ -23,7 +23,7 @@ std::vector<std::size_t> mutated_operands(const ir::Node& node) {
     if (a.kind == ArgKind::tensor) count = 1;
     if (a.kind == ArgKind::tensor_list) count = list_len;
     for (std::size_t i = 0; i < count && index < node.operands.size(); ++i, ++index) {
-      if (a.mutated) out.push_back(index);
+      if (a.mutated || static_cast<int>(index) == node.reuse) out.push_back(index);
     }
   }
   return out;
@@ -31,7 +31,7 @@ std::vector<std::size_t> mutated_operands(const ir::Node& node) {
 
 const ir::Value* alias_root(const ir::Value* value) {
   while (value->producer != nullptr) {
-    const int alias = value->producer->op->schema.alias_of;
+    const int alias = value->producer->aliased_operand();
     if (alias < 0 || static_cast<std::size_t>(alias) >= value->producer->operands.size()) break;
     value = value->producer->operands[static_cast<std::size_t>(alias)];
   }

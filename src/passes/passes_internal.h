@@ -15,16 +15,22 @@ void dce(ir::Graph& graph, PassContext& ctx);
 void cse(ir::Graph& graph, PassContext& ctx);
 void constant_folding(ir::Graph& graph, PassContext& ctx);
 void remove_noop_ops(ir::Graph& graph, PassContext& ctx);
+// max-autotune's memory passes (docs/architecture.md, "max-autotune passes").
+void inplace_pass(ir::Graph& graph, PassContext& ctx);
+void input_inplace_pass(ir::Graph& graph, PassContext& ctx);
+void remove_cat_ops(ir::Graph& graph, PassContext& ctx);
 
 namespace detail {
 
 // Indices into node.operands of the tensors the node writes in place (the
-// schema's ArgSpecs with mutated=true; a tensor_list contributes each element).
+// schema's ArgSpecs with mutated=true; a tensor_list contributes each element;
+// and a `reuse` operand, Note [Placement hints] in ir.h).
 std::vector<std::size_t> mutated_operands(const ir::Node& node);
 inline bool mutates(const ir::Node& node) { return !mutated_operands(node).empty(); }
 
-// The value whose storage `value` shares: follows views and the results of
-// in-place operators (schema alias_of) back to a fresh node result or an input.
+// The value whose storage `value` shares: follows views, the results of
+// in-place operators (schema alias_of) and `reuse` hints back to a fresh node
+// result or an input.
 const ir::Value* alias_root(const ir::Value* value);
 
 // Roots (alias_root) of every tensor written in place anywhere in the graph.
@@ -46,6 +52,11 @@ std::string attr_str(const ir::Attr& attr);
 
 // Type text "f32[s0,64]" ("sym" for a sym value).
 std::string type_str(const ir::Value& value);
+
+// Operators whose kernel reads input element i only to write output element i
+// (of the same shape): they may write their output over an input (Note
+// [In-place reuse] in inplace.cpp).
+bool is_elementwise_in_place_safe(const OpDef& op);
 
 }  // namespace detail
 }  // namespace sinkgraph::passes

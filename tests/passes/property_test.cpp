@@ -133,6 +133,18 @@ RC_GTEST_PROP(passes_property, RemoveNoopOpsPreservesResults, ()) {
   check_pass({"remove_noop_ops"}, Compare::value);
 }
 
+// The in-place passes change where results live, never what they are: the
+// interpreter follows their hints, so the values must stay bitwise equal.
+RC_GTEST_PROP(passes_property, InPlacePassesPreserveResults, ()) {
+  check_pass({"inplace_pass", "input_inplace_pass", "remove_cat_ops"}, Compare::bitwise);
+}
+
+RC_GTEST_PROP(passes_property, InPlacePassesAfterCleanupPreserveResults, ()) {
+  check_pass({"constant_folding", "remove_noop_ops", "cse", "dce", "input_inplace_pass",
+              "inplace_pass", "dce", "cse", "remove_noop_ops"},
+             Compare::value);
+}
+
 RC_GTEST_PROP(passes_property, AllPassesPreserveResults, ()) {
   check_pass({"constant_folding", "remove_noop_ops", "cse", "dce"}, Compare::value);
 }

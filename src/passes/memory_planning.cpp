@@ -1,0 +1,121 @@
+// Memory planning (Note [Memory planning] in passes.h): byte offsets for every
+// fresh intermediate in one arena, from concrete sizes and live ranges.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "passes_internal.h"
+
+namespace sinkgraph::passes {
+
+namespace {
+
+std::int64_t aligned_bytes(const ir::Value& v, const SymBindings& bindings) {
+  std::int64_t n = 1;
+  for (const SymInt& d : v.meta.shape) n *= d.eval(bindings);
+  const std::int64_t bytes = n * static_cast<std::int64_t>(dtype_size(v.meta.dtype));
+  constexpr std::int64_t a = MemoryPlan::kPlanAlignment;
+  return (bytes + a - 1) / a * a;
+}
+
+// Greedy by size, best fit: each buffer (largest first) goes into the
+// smallest gap that holds it among the buffers already placed whose live
+// ranges overlap its own, else above them all.
+void assign_offsets(MemoryPlan& plan) {
+  std::vector<std::size_t> order(plan.buffers.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return plan.buffers[a].bytes > plan.buffers[b].bytes;
+  });
+  std::vector<const MemoryPlan::Buffer*> placed;
+  std::vector<const MemoryPlan::Buffer*> overlapping;
+  for (const std::size_t i : order) {
+    MemoryPlan::Buffer& b = plan.buffers[i];
+    overlapping.clear();
+    for (const MemoryPlan::Buffer* p : placed) {
+      if (p->first <= b.last && b.first <= p->last && p->bytes > 0) overlapping.push_back(p);
+    }
+    std::sort(overlapping.begin(), overlapping.end(),
+              [](const auto* x, const auto* y) { return x->offset < y->offset; });
+    std::int64_t cursor = 0;
+    std::int64_t best = -1;
+    std::int64_t best_gap = std::numeric_limits<std::int64_t>::max();
+    for (const MemoryPlan::Buffer* p : overlapping) {
+      const std::int64_t gap = p->offset - cursor;
+      if (gap >= b.bytes && gap < best_gap) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, p->offset + p->bytes);
+    }
+    b.offset = best >= 0 ? best : cursor;
+    plan.arena_bytes = std::max(plan.arena_bytes, b.offset + b.bytes);
+    placed.push_back(&b);
+  }
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ir::Graph& graph, const SymBindings& bindings, bool assign) {
+  MemoryPlan plan;
+  // Operands of a placed cat live in the cat's memory (Note [Cat removal]).
+  std::unordered_map<const ir::Node*, const ir::Node*> into_cat;
+  for (const auto& node : graph.nodes()) {
+    if (!node->placed) continue;
+    for (const ir::Value* o : node->operands) into_cat[o->producer] = node.get();
+  }
+  // The buffer each value's memory belongs to (absent: a graph input's).
+  std::unordered_map<const ir::Value*, std::size_t> buffer_of;
+  auto buffer_for = [&](const ir::Node* owner, std::size_t at) {
+    const auto [it, fresh] = plan.by_node.try_emplace(owner, plan.buffers.size());
+    if (fresh) {
+      MemoryPlan::Buffer b;
+      b.node = owner;
+      b.bytes = aligned_bytes(*owner->result(), bindings);
+      b.first = at;
+      b.last = at;
+      plan.buffers.push_back(b);
+    }
+    return it->second;
+  };
+  std::size_t i = 0;
+  for (const auto& node : graph.nodes()) {
+    for (const ir::Value* o : node->operands) {
+      const auto it = buffer_of.find(o);
+      if (it != buffer_of.end()) plan.buffers[it->second].last = i;
+    }
+    const int a = node->aliased_operand();
+    if (a >= 0) {
+      const auto it = buffer_of.find(node->operands[static_cast<std::size_t>(a)]);
+      if (it != buffer_of.end()) buffer_of[node->result()] = it->second;
+    } else {
+      const auto cat = into_cat.find(node.get());
+      const ir::Node* owner = cat != into_cat.end() ? cat->second : node.get();
+      const std::size_t b = buffer_for(owner, i);
+      plan.buffers[b].last = std::max(plan.buffers[b].last, i);
+      buffer_of[node->result()] = b;
+    }
+    ++i;
+  }
+  const std::size_t end = i;
+  for (const ir::Value* o : graph.outputs) {
+    const auto it = buffer_of.find(o);
+    if (it != buffer_of.end()) plan.buffers[it->second].last = end;
+  }
+
+  // The liveness bound: most bytes live at one program point.
+  std::vector<std::int64_t> delta(end + 2, 0);
+  for (const MemoryPlan::Buffer& b : plan.buffers) {
+    delta[b.first] += b.bytes;
+    delta[b.last + 1] -= b.bytes;
+  }
+  std::int64_t live = 0;
+  for (const std::int64_t d : delta) {
+    live += d;
+    plan.lower_bound_bytes = std::max(plan.lower_bound_bytes, live);
+  }
+  if (assign) assign_offsets(plan);
+  return plan;
+}
+
+}  // namespace sinkgraph::passes
