@@ -25,7 +25,8 @@ struct Pass {
   std::function<void(ir::Graph&, PassContext&)> run;
 };
 
-// dce, cse, constant_folding, remove_noop_ops (in that order).
+// dce, cse, constant_folding, remove_noop_ops, pattern_fusion_pass,
+// fuse_elementwise (in that order).
 SG_API const std::vector<Pass>& builtin_passes();
 // Throws sinkgraph::Error naming the unknown pass and listing the known ones.
 SG_API const Pass& find_pass(const std::string& name);

@@ -35,6 +35,7 @@ OpRegistry::OpRegistry() {
   detail::register_nn_ops(*this);
   detail::register_shape_ops(*this);
   detail::register_memory_ops(*this);
+  detail::register_fused_ops(*this);
 }
 
 OpRegistry& OpRegistry::instance() {
@@ -187,7 +188,11 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   for (std::size_t i = 0; i < tensors.size(); ++i) block.tensors[i] = tensors[i]->arg();
   block.num_tensors = static_cast<std::uint16_t>(tensors.size());
   if (fresh) block.tensors[block.num_tensors++] = result.arg();
-  for (const ScalarValue& s : scalars) {
+  if (op.pack_scalars != nullptr) {
+    op.pack_scalars(scalars, block);
+    SG_ASSERT(block.num_scalars <= kMaxScalarArgs, name, ": too many scalar arguments");
+  }
+  for (const ScalarValue& s : op.pack_scalars != nullptr ? std::span<const ScalarValue>() : scalars) {
     ScalarArg slot{};
     if (const auto* i = std::get_if<SymInt>(&s)) {
       slot.i = i->value();

@@ -13,6 +13,8 @@ const std::vector<Pass>& builtin_passes() {
       {"cse", cse},
       {"constant_folding", constant_folding},
       {"remove_noop_ops", remove_noop_ops},
+      {"pattern_fusion_pass", pattern_fusion},
+      {"fuse_elementwise", fuse_elementwise},
   };
   return passes;
 }

@@ -15,6 +15,8 @@ void dce(ir::Graph& graph, PassContext& ctx);
 void cse(ir::Graph& graph, PassContext& ctx);
 void constant_folding(ir::Graph& graph, PassContext& ctx);
 void remove_noop_ops(ir::Graph& graph, PassContext& ctx);
+void pattern_fusion(ir::Graph& graph, PassContext& ctx);
+void fuse_elementwise(ir::Graph& graph, PassContext& ctx);
 
 namespace detail {
 
