@@ -83,6 +83,10 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     // The in-place passes are not written yet; compile without asking for them.
     config.inplace_pass = false;
     config.input_inplace_pass = false;
+    // generate never modifies or moves the weights after compiling, so they
+    // are frozen; max-autotune's projection merge needs it (Note [Merged
+    // weights are copies] in src/passes/pattern_fusion.cpp).
+    if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
     auto backend = get_backend(config);
     TraceOptions prefill_options;
     prefill_options.graph_name = "prefill";
@@ -95,8 +99,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     decode = compile(fn, backend, decode_options);
     if (options.mode == Mode::max_autotune) {
       result.notes.emplace_back(
-          "--mode max-autotune: its fusion and memory-planning passes are not implemented yet; "
-          "running reduce-overhead (capture and replay)");
+          "--mode max-autotune: its cat-removal and memory-planning passes are not implemented "
+          "yet; running the fusion passes, then capture and replay");
     }
   }
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,

@@ -75,19 +75,11 @@ using ViewFn = ViewResult (*)(const Shape& shape, const Strides& strides, std::i
 using CompositeFn = Tensor (*)(std::span<const Tensor* const> tensors,
                                std::span<const ScalarValue> scalars);
 
-// Builds a kernel's scalar slots from its scalar arguments (schema order), for
-// operators whose kernel reads an int_list: fused_elementwise packs its
-// program (Note [Fused elementwise programs] in src/ops/fused_ops.cpp). Without
-// one, each non-list scalar takes one slot and lists take none. Sets
-// block.num_scalars.
-using PackScalarsFn = void (*)(std::span<const ScalarValue> scalars, ArgBlock& block);
-
 struct OpDef {
   OpSchema schema;
   ShapeFn shape_fn = nullptr;
   ViewFn view_fn = nullptr;  // views only
   CompositeFn composite = nullptr;
-  PackScalarsFn pack_scalars = nullptr;
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };
 

@@ -7,17 +7,20 @@
 //   load  i   (opcode 1)  push input tensor i (0 <= i < 5)
 //   unary f   (opcode 2)  replace the top: f = neg exp sqrt rsqrt erf relu silu gelu (0..7)
 //   binary f  (opcode 3)  pop b, pop a, push a f b: f = add sub mul div (0..3)
-//   addc  k   (opcode 4)  top + constant k (0 <= k < 6): add_scalar
+//   addc  k   (opcode 4)  top + constant k (0 <= k < 5): add_scalar
 //   mulc  k   (opcode 5)  top * constant k: mul_scalar
 //
-// The IR keeps the program as node attributes (`code`: one int per
-// instruction; `c0`..`c5`: the constants), so it prints and parses like any
-// node. The kernel receives it in the POD argument block (Note [Kernel ABI]):
-// scalar slots 0 and 1 hold up to 16 instruction bytes, little end first, a 0
-// byte ending the program early; slots 2..7 hold the six constants as
-// doubles. With the output in the last tensor slot, at most 5 inputs fit. A
-// program is at most 16 instructions, keeps at most 8 values on its stack and
-// ends with exactly one; the pass splits longer chains.
+// The program is node attributes: `code0`, `code1`, `code2` pack six 6-bit
+// instructions each, the first in the lowest bits (code0 = i0 + 64*i1 + ...;
+// a 0 digit ends the program), and `c0`..`c4` are the constants. Each is an
+// ordinary int or float attribute, so the node prints and parses like any
+// other (a packed int stays below 2^36, within the IR's 2^40 literal bound;
+// an int list would not: the IR bounds the product of a list's elements).
+// The dispatcher puts them in the POD argument block as it does every scalar
+// (Note [Kernel ABI]): slots 0..2 the code, slots 3..7 the constants. With
+// the output in the last tensor slot, at most 5 inputs fit. A program is at
+// most 18 instructions, keeps at most 8 values on its stack and ends with
+// exactly one; the pass splits longer chains.
 //
 // Every step computes in f32 and, for f16/bf16, rounds its result to the
 // storage type, exactly as the separate kernels do when they store each
@@ -30,9 +33,10 @@
 
 namespace sinkgraph::kernels::fused {
 
-inline constexpr int kMaxCode = 16;
-inline constexpr int kCodeSlots = 2;
-inline constexpr int kMaxConsts = kMaxScalarArgs - kCodeSlots;  // 6
+inline constexpr int kCodeSlots = 3;
+inline constexpr int kInstrPerSlot = 6;
+inline constexpr int kMaxCode = kCodeSlots * kInstrPerSlot;     // 18
+inline constexpr int kMaxConsts = kMaxScalarArgs - kCodeSlots;  // 5
 inline constexpr int kMaxInputs = kMaxTensorArgs - 1;           // 5
 inline constexpr int kMaxStack = 8;
 
@@ -43,6 +47,27 @@ enum BinaryFn : int { kAdd, kSub, kMul, kDiv, kNumBinary };
 constexpr std::int64_t encode(Opcode op, int arg) { return op * 8 + arg; }
 constexpr int opcode_of(std::int64_t instr) { return static_cast<int>(instr >> 3); }
 constexpr int arg_of(std::int64_t instr) { return static_cast<int>(instr & 7); }
+
+// The packed form of a program (instructions in 1..63; at most kMaxCode).
+inline void pack_program(std::span<const std::int64_t> code, std::int64_t (&slots)[kCodeSlots]) {
+  for (auto& s : slots) s = 0;
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    slots[i / kInstrPerSlot] |= code[i] << (6 * (i % kInstrPerSlot));
+  }
+}
+
+// The instructions of a packed program, up to the first 0 digit.
+inline int unpack_program(const std::int64_t* slots, std::uint8_t (&code)[kMaxCode]) {
+  int n = 0;
+  for (int s = 0; s < kCodeSlots; ++s) {
+    for (int i = 0; i < kInstrPerSlot; ++i) {
+      const auto digit = static_cast<std::uint8_t>((slots[s] >> (6 * i)) & 63);
+      if (digit == 0) return n;
+      code[n++] = digit;
+    }
+  }
+  return n;
+}
 
 // Checks a program for `num_inputs` inputs: every instruction valid, the
 // stack never underflows nor exceeds kMaxStack, one value left at the end,

@@ -2,11 +2,9 @@
 // src/passes/fuse_elementwise.cpp). Model code may call them too.
 //
 //   silu_mul(a, b)                      = mul(silu(a), b), one kernel
-//   fused_elementwise([x...], code, c0..c5)
+//   fused_elementwise([x...], code0..2, c0..c4)
 //                                       a tree of elementwise operators, one
 //                                       kernel (Note [Fused elementwise programs])
-#include <bit>
-
 #include "../kernels/cpu/kernels.h"
 #include "../kernels/fused_program.h"
 #include "dispatch.h"
@@ -32,13 +30,16 @@ TensorMeta silu_mul_shape(const ShapeArgs& args) {
 }
 
 std::vector<std::int64_t> program_of(const ShapeArgs& args) {
-  std::vector<std::int64_t> code;
-  for (const SymInt& c : std::get<std::vector<SymInt>>(args.scalars[0])) {
-    const auto v = c.maybe_value();
-    SG_CHECK(v.has_value(), "fused_elementwise: code must be concrete integers, got ", c.str());
-    code.push_back(*v);
+  std::int64_t slots[fp::kCodeSlots];
+  for (int i = 0; i < fp::kCodeSlots; ++i) {
+    slots[i] = args.integer(i);
+    SG_CHECK(slots[i] >= 0 && slots[i] < (std::int64_t{1} << (6 * fp::kInstrPerSlot)),
+             "fused_elementwise: code", i, " = ", slots[i], " is not ", fp::kInstrPerSlot,
+             " packed 6-bit instructions");
   }
-  return code;
+  std::uint8_t code[fp::kMaxCode];
+  const int n = fp::unpack_program(slots, code);
+  return {code, code + n};
 }
 
 TensorMeta fused_elementwise_shape(const ShapeArgs& args) {
@@ -58,32 +59,16 @@ TensorMeta fused_elementwise_shape(const ShapeArgs& args) {
   return {first.dtype, shape, first.device};
 }
 
-// Slots 0-1: the instruction bytes; slots 2-7: the constants (Note [Fused
-// elementwise programs]).
-void pack_fused_elementwise(std::span<const ScalarValue> scalars, ArgBlock& block) {
-  std::uint64_t words[fp::kCodeSlots] = {};
-  const auto& code = std::get<std::vector<SymInt>>(scalars[0]);
-  for (std::size_t i = 0; i < code.size(); ++i) {
-    const auto byte = static_cast<std::uint64_t>(code[i].value()) & 0xFFU;
-    words[i / 8] |= byte << (8 * (i % 8));
-  }
-  for (int s = 0; s < fp::kCodeSlots; ++s) block.scalars[s].i = std::bit_cast<std::int64_t>(words[s]);
-  for (int c = 0; c < fp::kMaxConsts; ++c) {
-    block.scalars[fp::kCodeSlots + c].f = std::get<double>(scalars[static_cast<std::size_t>(1 + c)]);
-  }
-  block.num_scalars = kMaxScalarArgs;
-}
-
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
   r.add(make_op(kSiluMul, {{"a"}, {"b"}}, silu_mul_shape, k::silu_mul));
-  std::vector<ArgSpec> args = {{"inputs", ArgKind::tensor_list}, {"code", ArgKind::int_list}};
+  std::vector<ArgSpec> args = {{"inputs", ArgKind::tensor_list}};
+  for (int c = 0; c < fp::kCodeSlots; ++c) {
+    args.push_back({"code" + std::to_string(c), ArgKind::integer});
+  }
   for (int c = 0; c < fp::kMaxConsts; ++c) args.push_back({"c" + std::to_string(c), ArgKind::real});
-  OpDef fused = make_op(kFusedElementwise, std::move(args), fused_elementwise_shape,
-                        k::fused_elementwise);
-  fused.pack_scalars = pack_fused_elementwise;
-  r.add(std::move(fused));
+  r.add(make_op(kFusedElementwise, std::move(args), fused_elementwise_shape, k::fused_elementwise));
 }
 
 }  // namespace detail
@@ -104,8 +89,18 @@ Tensor fused_elementwise(const std::vector<Tensor>& inputs, const std::vector<st
            kernels::fused::kMaxConsts);
   std::vector<const Tensor*> ptrs;
   for (const Tensor& t : inputs) ptrs.push_back(&t);
+  namespace fp = kernels::fused;
+  SG_CHECK(code.size() <= static_cast<std::size_t>(fp::kMaxCode),
+           "fused_elementwise: the program has ", code.size(), " instructions; expected 1 to ",
+           fp::kMaxCode);
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    SG_CHECK(code[i] > 0 && code[i] < 64, "fused_elementwise: instruction ", i, " (", code[i],
+             ") is not opcode*8+arg with opcode 1..5 and arg 0..7");
+  }
+  std::int64_t slots[fp::kCodeSlots];
+  fp::pack_program(code, slots);
   std::vector<ScalarValue> scalars;
-  scalars.emplace_back(std::vector<SymInt>(code.begin(), code.end()));
+  for (const std::int64_t s : slots) scalars.emplace_back(SymInt(s));
   for (int c = 0; c < kernels::fused::kMaxConsts; ++c) {
     const auto i = static_cast<std::size_t>(c);
     scalars.emplace_back(i < consts.size() ? consts[i] : 0.0);

@@ -188,11 +188,7 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   for (std::size_t i = 0; i < tensors.size(); ++i) block.tensors[i] = tensors[i]->arg();
   block.num_tensors = static_cast<std::uint16_t>(tensors.size());
   if (fresh) block.tensors[block.num_tensors++] = result.arg();
-  if (op.pack_scalars != nullptr) {
-    op.pack_scalars(scalars, block);
-    SG_ASSERT(block.num_scalars <= kMaxScalarArgs, name, ": too many scalar arguments");
-  }
-  for (const ScalarValue& s : op.pack_scalars != nullptr ? std::span<const ScalarValue>() : scalars) {
+  for (const ScalarValue& s : scalars) {
     ScalarArg slot{};
     if (const auto* i = std::get_if<SymInt>(&s)) {
       slot.i = i->value();

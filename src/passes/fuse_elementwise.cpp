@@ -19,7 +19,7 @@
 // absorbed nodes did: a chain whose inputs share storage with a tensor
 // written in place anywhere in the graph is not fused.
 //
-// Bounds. A program holds at most 16 instructions, 5 inputs, 6 constants
+// Bounds. A program holds at most 18 instructions, 5 inputs, 5 constants
 // and a stack of 8. An operand whose subtree would not fit becomes an input
 // instead, and is then fused as a root of its own: long chains are split.
 #include <algorithm>
@@ -41,13 +41,13 @@ struct OpCode {
 
 const OpCode* opcode_for(const std::string& name) {
   static const std::unordered_map<std::string, OpCode> table = {
-      {"neg", {fp::kUnary, fp::kNeg}},         {"exp", {fp::kUnary, fp::kExp}},
-      {"sqrt", {fp::kUnary, fp::kSqrt}},       {"rsqrt", {fp::kUnary, fp::kRsqrt}},
-      {"erf", {fp::kUnary, fp::kErf}},         {"relu", {fp::kUnary, fp::kRelu}},
-      {"silu", {fp::kUnary, fp::kSilu}},       {"gelu", {fp::kUnary, fp::kGelu}},
-      {"add", {fp::kBinary, fp::kAdd}},        {"sub", {fp::kBinary, fp::kSub}},
-      {"mul", {fp::kBinary, fp::kMul}},        {"div", {fp::kBinary, fp::kDiv}},
-      {"add_scalar", {fp::kAddConst, -1}},     {"mul_scalar", {fp::kMulConst, -1}},
+      {"neg", {fp::kUnary, fp::kNeg}},     {"exp", {fp::kUnary, fp::kExp}},
+      {"sqrt", {fp::kUnary, fp::kSqrt}},   {"rsqrt", {fp::kUnary, fp::kRsqrt}},
+      {"erf", {fp::kUnary, fp::kErf}},     {"relu", {fp::kUnary, fp::kRelu}},
+      {"silu", {fp::kUnary, fp::kSilu}},   {"gelu", {fp::kUnary, fp::kGelu}},
+      {"add", {fp::kBinary, fp::kAdd}},    {"sub", {fp::kBinary, fp::kSub}},
+      {"mul", {fp::kBinary, fp::kMul}},    {"div", {fp::kBinary, fp::kDiv}},
+      {"add_scalar", {fp::kAddConst, -1}}, {"mul_scalar", {fp::kMulConst, -1}},
   };
   const auto it = table.find(name);
   return it == table.end() ? nullptr : &it->second;
@@ -59,6 +59,12 @@ bool is_fusable(const ir::Node& node) {
 }
 
 // Emits a program for one root, absorbing what fits.
+//
+// Absorption is greedy, operands first, so budget must be kept for what is
+// still to come: while a node's operands are emitted, its own instruction
+// (and constant) and at least one instruction and one input for each operand
+// not yet emitted are reserved. An operand that does not fit in what is left
+// rolls back and becomes an input, which the reservation guarantees room for.
 class Builder {
  public:
   Builder(const ir::Graph& graph, const std::unordered_set<const ir::Value*>& mutated)
@@ -74,23 +80,29 @@ class Builder {
   std::vector<ir::Node*> absorbed;
 
  private:
-  struct Snapshot {
+  struct State {
     std::size_t code, inputs, consts, absorbed;
-    int depth;
+    int depth, reserved_code, reserved_inputs, reserved_consts;
   };
-  Snapshot snap() const { return {code.size(), inputs.size(), consts.size(), absorbed.size(), depth_}; }
-  void rollback(const Snapshot& s) {
+  State save() const {
+    return {code.size(), inputs.size(),  consts.size(),    absorbed.size(),
+            depth_,      reserved_code_, reserved_inputs_, reserved_consts_};
+  }
+  void restore(const State& s) {
     code.resize(s.code);
     inputs.resize(s.inputs);
     consts.resize(s.consts);
     absorbed.resize(s.absorbed);
     depth_ = s.depth;
+    reserved_code_ = s.reserved_code;
+    reserved_inputs_ = s.reserved_inputs;
+    reserved_consts_ = s.reserved_consts;
   }
 
   bool push(std::int64_t instr, int depth_change) {
-    if (code.size() >= static_cast<std::size_t>(fp::kMaxCode)) return false;
+    if (static_cast<int>(code.size()) + 1 + reserved_code_ > fp::kMaxCode) return false;
+    if (depth_ + depth_change > fp::kMaxStack) return false;
     depth_ += depth_change;
-    if (depth_ > fp::kMaxStack) return false;
     code.push_back(instr);
     return true;
   }
@@ -99,7 +111,7 @@ class Builder {
     if (mutated_.contains(detail::alias_root(v))) return false;
     auto it = std::find(inputs.begin(), inputs.end(), v);
     if (it == inputs.end()) {
-      if (inputs.size() >= static_cast<std::size_t>(fp::kMaxInputs)) return false;
+      if (static_cast<int>(inputs.size()) + 1 + reserved_inputs_ > fp::kMaxInputs) return false;
       inputs.push_back(v);
       it = inputs.end() - 1;
     }
@@ -115,18 +127,26 @@ class Builder {
   bool emit_operand(ir::Value* v, int level) {
     // Each absorbed node costs an instruction: deeper than that never fits.
     if (absorbable(v) && level < fp::kMaxCode) {
-      const Snapshot s = snap();
+      const State s = save();
       if (emit_node(v->producer, level + 1)) return true;
-      rollback(s);
+      restore(s);
     }
     return emit_input(v);
   }
 
   bool emit_node(ir::Node* node, int level) {
     const OpCode& oc = *opcode_for(node->op_name());
+    const bool scalar = oc.opcode == fp::kAddConst || oc.opcode == fp::kMulConst;
+    const auto n = static_cast<int>(node->operands.size());
+    reserved_code_ += 1 + n;
+    reserved_inputs_ += n;
+    reserved_consts_ += scalar ? 1 : 0;
     for (ir::Value* operand : node->operands) {
+      --reserved_code_;
+      --reserved_inputs_;
       if (!emit_operand(operand, level)) return false;
     }
+    --reserved_code_;
     if (level > 0) absorbed.push_back(node);
     switch (oc.opcode) {
       case fp::kUnary:
@@ -134,12 +154,13 @@ class Builder {
       case fp::kBinary:
         return push(fp::encode(fp::kBinary, oc.fn), -1);
       default: {
+        --reserved_consts_;
         const double value = std::get<double>(*node->attr("value"));
         auto it = std::find_if(consts.begin(), consts.end(), [&](double c) {
           return std::bit_cast<std::uint64_t>(c) == std::bit_cast<std::uint64_t>(value);
         });
         if (it == consts.end()) {
-          if (consts.size() >= static_cast<std::size_t>(fp::kMaxConsts)) return false;
+          if (static_cast<int>(consts.size()) + 1 + reserved_consts_ > fp::kMaxConsts) return false;
           consts.push_back(value);
           it = consts.end() - 1;
         }
@@ -151,6 +172,9 @@ class Builder {
   const ir::Graph& graph_;
   const std::unordered_set<const ir::Value*>& mutated_;
   int depth_ = 0;
+  int reserved_code_ = 0;
+  int reserved_inputs_ = 0;
+  int reserved_consts_ = 0;
 };
 
 }  // namespace
@@ -167,7 +191,11 @@ void fuse_elementwise(ir::Graph& graph, PassContext& /*ctx*/) {
     Builder b(graph, mutated);
     if (!b.emit_root(root) || b.absorbed.empty()) continue;
     std::vector<ir::NamedAttr> attrs;
-    attrs.push_back({"code", std::vector<SymInt>(b.code.begin(), b.code.end())});
+    std::int64_t slots[fp::kCodeSlots];
+    fp::pack_program(b.code, slots);
+    for (int c = 0; c < fp::kCodeSlots; ++c) {
+      attrs.push_back({"code" + std::to_string(c), SymInt(slots[c])});
+    }
     for (int c = 0; c < fp::kMaxConsts; ++c) {
       const auto i = static_cast<std::size_t>(c);
       attrs.push_back({"c" + std::to_string(c), i < b.consts.size() ? b.consts[i] : 0.0});

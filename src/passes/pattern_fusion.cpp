@@ -76,7 +76,8 @@ bool tolerates_strided(const ir::Graph& graph, const Users& users, const ir::Val
 std::int64_t concrete(const SymInt& s) { return s.maybe_value().value_or(-1); }
 
 std::vector<ir::NamedAttr> slice_attrs(std::int64_t dim, std::int64_t start, std::int64_t end) {
-  return {{"dim", SymInt(dim)}, {"start", SymInt(start)}, {"end", SymInt(end)}, {"step", SymInt(1)}};
+  return {
+      {"dim", SymInt(dim)}, {"start", SymInt(start)}, {"end", SymInt(end)}, {"step", SymInt(1)}};
 }
 
 const OpDef& op_named(const char* name) { return OpRegistry::instance().get(name); }
@@ -201,7 +202,8 @@ void merge_projections(ir::Graph& graph, PassContext& ctx) {
     if (data == ctx.param_data.end() || !data->second.defined()) continue;
     const std::int64_t rows = concrete(w->meta.shape[0]);
     if (rows <= 0 || concrete(w->meta.shape[1]) < 0) continue;
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == h; });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == h; });
     if (it == groups.end()) it = groups.insert(groups.end(), {h, {}});
     it->second.push_back({node.get(), rows, {}});
   }

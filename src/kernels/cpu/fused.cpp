@@ -116,14 +116,9 @@ struct Program {
 Program decode(const ArgBlock& args) {
   Program p;
   p.num_inputs = args.num_tensors - 1;
-  for (int s = 0; s < fp::kCodeSlots && p.length == s * 8; ++s) {
-    const auto word = static_cast<std::uint64_t>(args.scalars[s].i);
-    for (int b = 0; b < 8; ++b) {
-      const auto byte = static_cast<std::uint8_t>(word >> (8 * b));
-      if (byte == 0) break;
-      p.code[p.length++] = byte;
-    }
-  }
+  std::int64_t slots[fp::kCodeSlots];
+  for (int s = 0; s < fp::kCodeSlots; ++s) slots[s] = args.scalars[s].i;
+  p.length = fp::unpack_program(slots, p.code);
   // As the separate kernels do: the double constant is used as a float.
   for (int k = 0; k < fp::kMaxConsts; ++k) {
     p.consts[k] = static_cast<float>(args.scalars[fp::kCodeSlots + k].f);
