@@ -3,7 +3,7 @@
 //
 // Each computes exactly what the chain of separate kernels it replaces
 // computes: the same f32 formulas as elementwise.cpp (kept in step by the
-// bitwise tests in tests/passes/fusion_numeric_test.cpp), and for f16/bf16 a
+// bitwise tests in tests/passes/fusion_test.cpp), and for f16/bf16 a
 // rounding to the storage type after every step, where the separate kernels
 // stored an intermediate.
 #include <cmath>
