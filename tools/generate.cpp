@@ -52,8 +52,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
            c.max_seq_len);
   SG_CHECK(options.forced_ids.empty() ||
                static_cast<std::int64_t>(options.forced_ids.size()) >= options.steps - 1,
-           "generate: teacher forcing needs ", options.steps - 1, " ids (one per decode step), got ",
-           options.forced_ids.size());
+           "generate: teacher forcing needs ", options.steps - 1,
+           " ids (one per decode step), got ", options.forced_ids.size());
   for (const std::int64_t id : options.forced_ids) {
     SG_CHECK(id >= 0 && id < c.vocab_size, "generate: forced id ", id,
              " is out of range for a vocabulary of ", c.vocab_size);
@@ -90,6 +90,10 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   if (options.mode != Mode::eager) {
     CompilerConfig config;
     config.mode = options.mode;
+    // generate never modifies or moves the weights after compiling, so they
+    // are frozen; max-autotune's projection merge needs it (Note [Merged
+    // weights are copies] in src/passes/pattern_fusion.cpp).
+    if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
     auto backend = get_backend(config);
     TraceOptions prefill_options;
     prefill_options.graph_name = "prefill";
@@ -100,11 +104,6 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     decode_options.graph_name = "decode";
     decode_options.arg_names = {"token", "pos", "kv_cache"};
     decode = compile(fn, backend, decode_options);
-    if (options.mode == Mode::max_autotune) {
-      result.notes.emplace_back(
-          "--mode max-autotune: its fusion passes are not implemented yet; running "
-          "reduce-overhead's capture and replay with cat removal and memory planning");
-    }
   }
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,
                        std::int64_t pos, const Tensor& kv) {
@@ -129,8 +128,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   result.ids.push_back(next);
 
   // Decode: one token per step. The first step is not timed (it captures).
-  const bool on_device = options.device_argmax && options.temperature == 0.0 &&
-                         !options.stop_id && !options.keep_logits && options.forced_ids.empty();
+  const bool on_device = options.device_argmax && options.temperature == 0.0 && !options.stop_id &&
+                         !options.keep_logits && options.forced_ids.empty();
   result.used_device_argmax = on_device;
   std::chrono::steady_clock::time_point decode_start;
   if (on_device) {
@@ -204,8 +203,7 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
   const double decode_tps =
       r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0.0;
   nlohmann::json j;
-  j["mode"] = options.mode == Mode::max_autotune ? "reduce-overhead" : mode_name(options.mode);
-  if (options.mode == Mode::max_autotune) j["requested_mode"] = "max-autotune";
+  j["mode"] = mode_name(options.mode);
   j["prompt_tokens"] = options.prompt.size();
   j["generated_tokens"] = r.ids.size();
   j["prefill_tokens_per_s"] =

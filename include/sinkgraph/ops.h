@@ -84,4 +84,14 @@ SG_API Tensor full(const SymShape& shape, double value, DType dtype = DType::f32
 SG_API Tensor zeros(const SymShape& shape, DType dtype = DType::f32);
 SG_API Tensor arange(const SymInt& n, DType dtype = DType::i64);
 
+// Fused operators (made by max-autotune's fusion passes; docs/architecture.md).
+// mul(silu(a), b) in one kernel, with broadcasting.
+SG_API Tensor silu_mul(const Tensor& a, const Tensor& b);
+// A tree of elementwise operators over 1 to 5 same-dtype floating inputs
+// (broadcast), as a postfix program of at most 18 instructions (opcode*8+arg each) and up to 5
+// constants (Note [Fused elementwise programs] in src/kernels/fused_program.h).
+SG_API Tensor fused_elementwise(const std::vector<Tensor>& inputs,
+                                const std::vector<std::int64_t>& code,
+                                const std::vector<double>& consts = {});
+
 }  // namespace sinkgraph::ops

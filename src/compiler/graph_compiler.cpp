@@ -13,11 +13,6 @@ namespace sinkgraph {
 
 namespace {
 
-// Note [Modes that cannot yet do what they promise]
-// max-autotune's fusion passes are not written yet: it runs reduce-overhead's
-// pipeline plus cat removal and memory planning, and says so on stderr and in
-// the explain report at every compile, never silently.
-
 class EagerGraph final : public ConcreteGraph {
  public:
   EagerGraph(std::unique_ptr<ir::Graph> graph, std::vector<std::string> notes,
@@ -59,8 +54,13 @@ std::vector<std::string> GraphCompiler::pipeline() const {
     out.emplace_back("constant_folding");
     if (config_.remove_noop_ops) out.emplace_back("remove_noop_ops");
     out.emplace_back("dce");
-    const bool max_autotune = config_.mode == Mode::max_autotune;
-    if (max_autotune && config_.remove_cat_ops) out.emplace_back("remove_cat_ops");
+    if (config_.mode == Mode::max_autotune) {
+      // Fusion first: the in-place passes and memory planning then see the
+      // fused kernels' buffers.
+      if (config_.pattern_fusion_pass) out.emplace_back("pattern_fusion_pass");
+      out.emplace_back("fuse_elementwise");
+      if (config_.remove_cat_ops) out.emplace_back("remove_cat_ops");
+    }
     // Writing straight into a mutated input saves the intermediate and the
     // copy back, so it goes before the reuse of intermediates.
     if (config_.input_inplace_pass) out.emplace_back("input_inplace_pass");
@@ -72,16 +72,8 @@ std::vector<std::string> GraphCompiler::pipeline() const {
 }
 
 std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const {
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;  // for the explain report (none today)
   const bool eager = config_.force_eager || config_.mode == Mode::eager;
-  if (!eager) {
-    if (config_.mode == Mode::max_autotune) {
-      notes.emplace_back(
-          "mode 'max-autotune': pattern and elementwise fusion are not implemented yet; it runs "
-          "the reduce-overhead pipeline plus cat removal and memory planning");
-    }
-    for (const auto& note : notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
-  }
 
   passes::PassManager manager;
   for (const auto& p : config_.pre_passes) manager.add(p);

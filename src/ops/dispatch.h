@@ -59,5 +59,6 @@ void register_elementwise_ops(OpRegistry& registry);
 void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_memory_ops(OpRegistry& registry);
+void register_fused_ops(OpRegistry& registry);
 
 }  // namespace sinkgraph::detail

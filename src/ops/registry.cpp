@@ -35,6 +35,7 @@ OpRegistry::OpRegistry() {
   detail::register_nn_ops(*this);
   detail::register_shape_ops(*this);
   detail::register_memory_ops(*this);
+  detail::register_fused_ops(*this);
 }
 
 OpRegistry& OpRegistry::instance() {

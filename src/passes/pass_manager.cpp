@@ -16,6 +16,8 @@ const std::vector<Pass>& builtin_passes() {
       {"inplace_pass", inplace_pass},
       {"input_inplace_pass", input_inplace_pass},
       {"remove_cat_ops", remove_cat_ops},
+      {"pattern_fusion_pass", pattern_fusion},
+      {"fuse_elementwise", fuse_elementwise},
   };
   return passes;
 }

@@ -19,6 +19,9 @@ void remove_noop_ops(ir::Graph& graph, PassContext& ctx);
 void inplace_pass(ir::Graph& graph, PassContext& ctx);
 void input_inplace_pass(ir::Graph& graph, PassContext& ctx);
 void remove_cat_ops(ir::Graph& graph, PassContext& ctx);
+// max-autotune's fusion passes (docs/architecture.md, "max-autotune passes: fusion").
+void pattern_fusion(ir::Graph& graph, PassContext& ctx);
+void fuse_elementwise(ir::Graph& graph, PassContext& ctx);
 
 namespace detail {
 

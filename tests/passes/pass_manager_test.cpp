@@ -37,9 +37,9 @@ std::string read(const fs::path& path) {
 TEST(passes_pass_manager, BuiltinPassesInOrder) {
   std::vector<std::string> names;
   for (const auto& p : passes::builtin_passes()) names.push_back(p.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"dce", "cse", "constant_folding", "remove_noop_ops",
-                                      "inplace_pass", "input_inplace_pass", "remove_cat_ops"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "constant_folding", "remove_noop_ops",
+                                             "inplace_pass", "input_inplace_pass", "remove_cat_ops",
+                                             "pattern_fusion_pass", "fuse_elementwise"}));
   for (const auto& name : names) EXPECT_EQ(passes::find_pass(name).name, name);
 }
 
@@ -50,7 +50,8 @@ TEST(passes_pass_manager, UnknownPassListsTheKnownOnes) {
   } catch (const sinkgraph::Error& e) {
     EXPECT_STREQ(e.what(),
                  "unknown pass 'fuse_everything'; known passes: dce, cse, constant_folding, "
-                 "remove_noop_ops, inplace_pass, input_inplace_pass, remove_cat_ops");
+                 "remove_noop_ops, inplace_pass, input_inplace_pass, remove_cat_ops, "
+                 "pattern_fusion_pass, fuse_elementwise");
   }
 }
 

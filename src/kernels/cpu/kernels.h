@@ -46,4 +46,9 @@ void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, the
 void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
 
+// Fused (max-autotune): silu_mul (a, b, out); fused_elementwise (inputs..., out)
+// with its program in the scalar slots (Note [Fused elementwise programs]).
+void silu_mul(const ArgBlock& args, KernelContext& ctx);
+void fused_elementwise(const ArgBlock& args, KernelContext& ctx);
+
 }  // namespace sinkgraph::kernels::cpu

@@ -1,0 +1,198 @@
+// max-autotune's fusion passes: the graph before and after, interpreted on
+// random inputs, must agree (bitwise where the fused kernels do the same
+// arithmetic), and the fusions must happen where they are sound only.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "passes/pass_test_util.h"
+
+namespace sgtest {
+namespace {
+
+std::unique_ptr<ir::Graph> golden_input(const std::string& name) {
+  std::ifstream in(std::filesystem::path(SG_PASSES_GOLDEN_DIR) / name, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return ir::parse(s.str(), name);
+}
+
+// Params of `g` taken from the random inputs, as the compiler passes them.
+passes::PassContext context_for(const ir::Graph& g, const NamedInputs& named, bool frozen) {
+  passes::PassContext ctx;
+  ctx.frozen_parameter = frozen;
+  for (const ir::Value* in : g.inputs()) {
+    if (!in->is_sym && in->kind == ir::InputKind::param) {
+      ctx.param_data[in->name] = std::get<Tensor>(named.at(in->name));
+    }
+  }
+  return ctx;
+}
+
+::testing::AssertionResult close_results(const ir::Graph& before, const ir::Graph& after,
+                                         const NamedInputs& named, const passes::PassContext& ctx,
+                                         double tol) {
+  auto in_a = inputs_for(before, named, &ctx);
+  auto in_b = inputs_for(after, named, &ctx);
+  const auto out_a = ir::interpret(before, in_a);
+  const auto out_b = ir::interpret(after, in_b);
+  for (std::size_t i = 0; i < out_a.size(); ++i) {
+    const auto a = std::get<Tensor>(out_a[i]).to_floats();
+    const auto b = std::get<Tensor>(out_b[i]).to_floats();
+    if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      if (std::abs(a[j] - b[j]) > tol * (1.0 + std::abs(a[j]))) {
+        return ::testing::AssertionFailure()
+               << "output " << i << " element " << j << ": " << a[j] << " vs " << b[j];
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(passes_fusion, pattern_fusion_merges_projections_of_frozen_params_and_agrees) {
+  const auto g = golden_input("pattern_fusion.ir");
+  const NamedInputs named = random_inputs(*g, 3);
+  passes::PassContext ctx = context_for(*g, named, /*frozen=*/true);
+  const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*after, "linear"), 4U);  // qkv, wo, w1|w3, w2
+  EXPECT_EQ(count_op(*after, "rope"), 1U);
+  EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
+  ASSERT_TRUE(ctx.param_data.contains("fused_w0"));
+  // The merged weight is the row-concatenation of wq, wk, wv.
+  const auto cat = ctx.param_data.at("fused_w0").to_floats();
+  auto want = std::get<Tensor>(named.at("wq")).to_floats();
+  for (const char* w : {"wk", "wv"}) {
+    const auto rows = std::get<Tensor>(named.at(w)).to_floats();
+    want.insert(want.end(), rows.begin(), rows.end());
+  }
+  EXPECT_EQ(cat, want);
+  // One GEMM over more rows may round its dot products differently.
+  EXPECT_TRUE(close_results(*g, *after, named, ctx, 1e-5));
+}
+
+TEST(passes_fusion, without_frozen_params_only_rope_and_silu_mul_fuse_bitwise) {
+  const auto g = golden_input("pattern_fusion.ir");
+  const NamedInputs named = random_inputs(*g, 4);
+  passes::PassContext ctx = context_for(*g, named, /*frozen=*/false);
+  const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*after, "linear"), 7U);
+  EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
+  EXPECT_EQ(ctx.param_data.size(), g->inputs().size() - 2);  // no new param (x and pos are not)
+  EXPECT_TRUE(same_results(*g, *after, named, Compare::bitwise, &ctx));
+}
+
+TEST(passes_fusion, rope_of_adjacent_head_slices_is_one_rope_bitwise) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", meta({2, 6, 4}), ir::InputKind::input);
+  g.add_sym_input("pos");
+  const auto sl = [&](std::int64_t a, std::int64_t b) {
+    return add(g, "slice", {x},
+               {{"dim", SymInt(1)}, {"start", SymInt(a)}, {"end", SymInt(b)}, {"step", SymInt(1)}});
+  };
+  const std::vector<ir::NamedAttr> attrs = {
+      {"pos0", SymInt::symbol("pos")}, {"theta", 10000.0}, {"style", SymInt(1)}};
+  ir::Value* q = add(g, "rope", {sl(0, 4)}, attrs);
+  ir::Value* k = add(g, "rope", {sl(4, 6)}, attrs);
+  ir::Value* qq = add(g, "mul_scalar", {q}, {{"value", 2.0}});
+  g.outputs = {add(g, "attention", {qq, k, k}, {{"seq_len", SymInt(2)}, {"scale", 0.5}})};
+  passes::PassContext ctx;
+  const auto after = run_pass(g, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*after, "rope"), 1U);
+  EXPECT_TRUE(same_results(g, *after, random_inputs(g, 5), Compare::bitwise));
+  // Different attributes (theta) or a rope result that is a graph output: no merge.
+  ir::Graph h;
+  ir::Value* y = h.add_input("y", meta({2, 6, 4}), ir::InputKind::input);
+  const auto sl2 = [&](std::int64_t a, std::int64_t b) {
+    return add(h, "slice", {y},
+               {{"dim", SymInt(1)}, {"start", SymInt(a)}, {"end", SymInt(b)}, {"step", SymInt(1)}});
+  };
+  ir::Value* r1 =
+      add(h, "rope", {sl2(0, 3)}, {{"pos0", SymInt(0)}, {"theta", 10000.0}, {"style", SymInt(0)}});
+  ir::Value* r2 =
+      add(h, "rope", {sl2(3, 6)}, {{"pos0", SymInt(0)}, {"theta", 500.0}, {"style", SymInt(0)}});
+  h.outputs = {r1, r2};
+  const auto same = run_pass(h, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*same, "rope"), 2U);
+}
+
+TEST(passes_fusion, silu_with_another_reader_is_not_fused) {
+  ir::Graph g;
+  ir::Value* a = g.add_input("a", meta({3, 5}), ir::InputKind::input);
+  ir::Value* b = g.add_input("b", meta({3, 5}), ir::InputKind::input);
+  ir::Value* s = add(g, "silu", {a});
+  ir::Value* m = add(g, "mul", {b, s});  // silu on the right
+  g.outputs = {m, s};
+  passes::PassContext ctx;
+  EXPECT_EQ(count_op(*run_pass(g, "pattern_fusion_pass", ctx), "silu_mul"), 0U);
+  g.outputs = {m};
+  const auto after = run_pass(g, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
+  EXPECT_TRUE(same_results(g, *after, random_inputs(g, 6), Compare::bitwise));
+}
+
+TEST(passes_fusion, fuse_elementwise_golden_graph_agrees_bitwise) {
+  const auto g = golden_input("fuse_elementwise.ir");
+  const NamedInputs named = random_inputs(*g, 7);
+  passes::PassContext ctx;
+  const auto after = run_pass(*g, "fuse_elementwise", ctx);
+  EXPECT_GE(count_op(*after, "fused_elementwise"), 4U);
+  EXPECT_TRUE(same_results(*g, *after, named, Compare::bitwise));
+}
+
+// Random elementwise trees over broadcast inputs, in every floating dtype:
+// the fused graph must be bitwise equal to the original.
+TEST(passes_fusion, fuse_elementwise_random_trees_agree_bitwise) {
+  const char* unary[] = {"neg", "exp", "relu", "silu", "gelu", "erf", "add_scalar", "mul_scalar"};
+  const char* binary[] = {"add", "sub", "mul", "div"};
+  std::mt19937 rng(42);
+  std::size_t fused_total = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const DType dtype = iter % 3 == 0 ? DType::f32 : iter % 3 == 1 ? DType::f16 : DType::bf16;
+    ir::Graph g;
+    std::vector<ir::Value*> pool = {g.add_input("x", meta({4, 6}, dtype), ir::InputKind::input),
+                                    g.add_input("r", meta({6}, dtype), ir::InputKind::input),
+                                    g.add_input("c", meta({4, 1}, dtype), ir::InputKind::input)};
+    const int steps = 3 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < steps; ++i) {
+      // Mostly extend the newest value: long single-use chains, some fan-out.
+      ir::Value* v = rng() % 4 != 0 ? pool.back() : pool[rng() % pool.size()];
+      if (rng() % 2 == 0) {
+        const std::string name = unary[rng() % std::size(unary)];
+        std::vector<ir::NamedAttr> attrs;
+        if (name == "add_scalar" || name == "mul_scalar")
+          attrs.push_back({"value", 0.25 * (rng() % 9)});
+        pool.push_back(add(g, name, {v}, attrs));
+      } else {
+        ir::Value* w = pool[rng() % pool.size()];
+        pool.push_back(add(g, binary[rng() % std::size(binary)], {v, w}));
+      }
+    }
+    g.outputs = {pool.back()};
+    if (rng() % 3 == 0) g.outputs.push_back(pool[pool.size() / 2]);
+    passes::PassContext ctx;
+    const auto after = run_pass(g, "fuse_elementwise", ctx);
+    fused_total += count_op(*after, "fused_elementwise");
+    EXPECT_LE(after->nodes().size(), g.nodes().size());
+    EXPECT_TRUE(same_results(g, *after, random_inputs(g, static_cast<std::uint32_t>(iter)),
+                             Compare::bitwise))
+        << "iteration " << iter << "\n"
+        << ir::print(g) << ir::print(*after);
+  }
+  EXPECT_GT(fused_total, 60U);
+}
+
+TEST(passes_fusion, fuse_elementwise_leaves_chains_over_written_tensors_alone) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", meta({4}), ir::InputKind::mutated);
+  ir::Value* e = add(g, "exp", {x});
+  ir::Value* src = g.add_input("s", meta({4}), ir::InputKind::input);
+  add(g, "copy_", {x, src});
+  g.outputs = {add(g, "neg", {e})};
+  passes::PassContext ctx;
+  const auto after = run_pass(g, "fuse_elementwise", ctx);
+  EXPECT_EQ(count_op(*after, "fused_elementwise"), 0U);
+}
+
+}  // namespace
+}  // namespace sgtest
