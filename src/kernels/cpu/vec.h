@@ -13,6 +13,7 @@
 // Results differ from a sequential loop only in rounding (the kernels' naive
 // reference tests bound it); eager and replay run the same code, so they
 // still agree bitwise.
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -104,9 +105,9 @@ inline float exp(float x) {
   constexpr float kLog2e = 1.44269504088896341F;
   constexpr float kLn2Hi = 0.693359375F;
   constexpr float kLn2Lo = -2.12194440e-4F;
-  const bool over = x > kHi;
-  const bool under = x < kLo;
-  const float xc = x > kHi ? kHi : (x < kLo ? kLo : x);
+  // Straight-line code (selects, no branches) so that a loop over exp
+  // vectorizes (with -fno-trapping-math, src/CMakeLists.txt). NaN passes through the clamp and the arithmetic as NaN.
+  const float xc = std::min(std::max(x, kLo), kHi);
   // Round to nearest by the float magic constant (no call, vectorizes).
   constexpr float kMagic = 12582912.0F;  // 1.5 * 2^23
   const float t = xc * kLog2e + kMagic;
@@ -128,9 +129,10 @@ inline float exp(float x) {
   const std::int32_t n2 = bits - n1;
   const float s1 = std::bit_cast<float>(static_cast<std::uint32_t>((n1 + 127) << 23));
   const float s2 = std::bit_cast<float>(static_cast<std::uint32_t>((n2 + 127) << 23));
-  const float y = p * s1 * s2;
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  return over ? kInf : (under ? 0.0F : (x != x ? x : y));
+  float y = p * s1 * s2;
+  y = x > kHi ? std::numeric_limits<float>::infinity() : y;
+  y = x < kLo ? 0.0F : y;
+  return y;
 }
 
 }  // namespace sinkgraph::kernels::cpu::vec
