@@ -2,6 +2,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
 
@@ -119,7 +120,7 @@ struct Neg {
   float operator()(float x, float) const { return -x; }
 };
 struct Exp {
-  float operator()(float x, float) const { return std::exp(x); }
+  float operator()(float x, float) const { return vec::exp(x); }
 };
 struct Sqrt {
   float operator()(float x, float) const { return std::sqrt(x); }
@@ -134,7 +135,7 @@ struct Relu {
   float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; }
 };
 struct Silu {
-  float operator()(float x, float) const { return x / (1.0F + std::exp(-x)); }
+  float operator()(float x, float) const { return x / (1.0F + vec::exp(-x)); }
 };
 struct Gelu {
   float operator()(float x, float) const {

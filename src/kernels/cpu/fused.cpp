@@ -11,6 +11,7 @@
 #include "../fused_program.h"
 #include "common.h"
 #include "kernels.h"
+#include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
 
@@ -33,14 +34,14 @@ inline float round_to(float v) {
 }
 
 // As elementwise.cpp's Silu: x / (1 + exp(-x)).
-inline float silu_f(float x) { return x / (1.0F + std::exp(-x)); }
+inline float silu_f(float x) { return x / (1.0F + vec::exp(-x)); }
 
 inline float apply_unary(int fn, float x) {
   switch (fn) {
     case fp::kNeg:
       return -x;
     case fp::kExp:
-      return std::exp(x);
+      return vec::exp(x);
     case fp::kSqrt:
       return std::sqrt(x);
     case fp::kRsqrt:
