@@ -65,6 +65,8 @@ struct Column {
   std::string key, label;
   std::vector<Run> runs;
   std::int64_t pool_bytes = -1;  // graph pools after the last run (graph modes)
+  // The decode graph's planned arena and the liveness lower bound (max-autotune).
+  std::int64_t planned_bytes = -1, lower_bound_bytes = -1;
   [[nodiscard]] double us_per_token() const {
     std::vector<double> v;
     for (const Run& r : runs) v.push_back(r.us_per_token);
@@ -114,8 +116,8 @@ Run run_reference(sg::e2e::ReferenceLlama& ref, std::int64_t steps,
 }
 
 // (b)-(d): sinkgraph's generate driver in one mode.
-Run run_mode(const sg::models::LlamaModel& model, sg::Mode mode, std::int64_t steps,
-             std::int64_t* pool_bytes, const std::vector<std::int64_t>* forced = nullptr,
+Run run_mode(const sg::models::LlamaModel& model, sg::Mode mode, std::int64_t steps, Column* column,
+             const std::vector<std::int64_t>* forced = nullptr,
              std::vector<float>* logits = nullptr) {
   sg::tools::GenerateOptions options;
   options.steps = steps;
@@ -131,8 +133,13 @@ Run run_mode(const sg::models::LlamaModel& model, sg::Mode mode, std::int64_t st
   run.us_per_token = r.timed_decode_steps > 0
                          ? 1e6 * r.decode_seconds / static_cast<double>(r.timed_decode_steps)
                          : 0;
-  if (pool_bytes != nullptr) {
-    *pool_bytes = r.prefill_counters.pool_reserved_bytes + r.decode_counters.pool_reserved_bytes;
+  if (column != nullptr && mode != sg::Mode::eager) {
+    column->pool_bytes =
+        r.prefill_counters.pool_reserved_bytes + r.decode_counters.pool_reserved_bytes;
+    if (mode == sg::Mode::max_autotune) {
+      column->planned_bytes = r.decode_counters.planned_arena_bytes;
+      column->lower_bound_bytes = r.decode_counters.liveness_lower_bound_bytes;
+    }
   }
   if (logits != nullptr) *logits = std::move(r.logits);
   return run;
@@ -377,10 +384,8 @@ int main(int argc, char** argv) {
       for (int r = 0; r < reps; ++r) {
         cols[0].runs.push_back(run_reference(ref, b.steps));
         for (int m = 0; m < 3; ++m) {
-          std::int64_t pool = -1;
-          cols[static_cast<std::size_t>(1 + m)].runs.push_back(
-              run_mode(b.model, modes[m], b.steps, &pool));
-          if (m > 0) cols[static_cast<std::size_t>(1 + m)].pool_bytes = pool;
+          Column& col = cols[static_cast<std::size_t>(1 + m)];
+          col.runs.push_back(run_mode(b.model, modes[m], b.steps, &col));
         }
         if (torch_available) {
           Run t;
@@ -464,6 +469,22 @@ int main(int argc, char** argv) {
                         {"us_per_token_runs", per_run},
                         {"latency_by_position_us", c.latency_by_position()}};
         if (c.pool_bytes >= 0) jcols[c.key]["pool_reserved_bytes"] = c.pool_bytes;
+        if (c.planned_bytes >= 0) {
+          jcols[c.key]["decode_planned_arena_bytes"] = c.planned_bytes;
+          jcols[c.key]["decode_liveness_lower_bound_bytes"] = c.lower_bound_bytes;
+        }
+      }
+      const Column& ma = cols[3];
+      if (ma.planned_bytes >= 0) {
+        table += fmt::format(
+            "\nMemory (decode graph): max-autotune's planned arena {} B against a liveness lower "
+            "bound of {} B ({:.3f}×); graph pools reserve {} B in max-autotune and {} B in "
+            "reduce-overhead (prefill + decode).\n",
+            ma.planned_bytes, ma.lower_bound_bytes,
+            ma.lower_bound_bytes > 0
+                ? static_cast<double>(ma.planned_bytes) / static_cast<double>(ma.lower_bound_bytes)
+                : 0.0,
+            ma.pool_bytes, cols[2].pool_bytes);
       }
       json entry = {
           {"steps", b.steps}, {"reps", reps}, {"columns", jcols}, {"agreement", agreement}};

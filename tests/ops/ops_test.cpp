@@ -367,6 +367,8 @@ TEST(ops_linear, random_shapes) {
                         // one row: the matrix-vector path, with rows left over after blocks of 4
                         {{1, 64}, 67},
                         {{1, 1, 300}, 258},
+                        // over 1 MiB of weights: the row-streaming path
+                        {{1, 520}, 513},
                         {{1, 1}, 3}};
   std::mt19937 rng(31);
   for (const auto& c : cases) {

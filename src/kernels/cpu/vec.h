@@ -32,16 +32,27 @@ inline constexpr std::int64_t kLanes = 8;
 #define SG_LANE_SUM(v) \
   (((v)[0] + (v)[4]) + ((v)[1] + (v)[5])) + (((v)[2] + (v)[6]) + ((v)[3] + (v)[7]))
 
-// sum_i a[i] * b[i], in lanes.
+// sum_i a[i] * b[i], in lanes (two vectors of partial sums per step, so two
+// multiply-adds are in flight).
 inline float dot(const float* a, const float* b, std::int64_t n) {
-  F8 acc = {};
+  F8 acc0 = {}, acc1 = {};
   std::int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    F8 a0, b0, a1, b1;
+    std::memcpy(&a0, a + i, sizeof a0);
+    std::memcpy(&b0, b + i, sizeof b0);
+    std::memcpy(&a1, a + i + kLanes, sizeof a1);
+    std::memcpy(&b1, b + i + kLanes, sizeof b1);
+    acc0 += a0 * b0;
+    acc1 += a1 * b1;
+  }
   for (; i + kLanes <= n; i += kLanes) {
     F8 va, vb;
     std::memcpy(&va, a + i, sizeof va);
     std::memcpy(&vb, b + i, sizeof vb);
-    acc += va * vb;
+    acc0 += va * vb;
   }
+  const F8 acc = acc0 + acc1;
   float s = SG_LANE_SUM(acc);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -106,7 +117,8 @@ inline float exp(float x) {
   constexpr float kLn2Hi = 0.693359375F;
   constexpr float kLn2Lo = -2.12194440e-4F;
   // Straight-line code (selects, no branches) so that a loop over exp
-  // vectorizes (with -fno-trapping-math, src/CMakeLists.txt). NaN passes through the clamp and the arithmetic as NaN.
+  // vectorizes (with -fno-trapping-math, src/CMakeLists.txt). NaN passes through the clamp and the
+  // arithmetic as NaN.
   const float xc = std::min(std::max(x, kLo), kHi);
   // Round to nearest by the float magic constant (no call, vectorizes).
   constexpr float kMagic = 12582912.0F;  // 1.5 * 2^23
