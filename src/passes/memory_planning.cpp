@@ -18,19 +18,16 @@ std::int64_t aligned_bytes(const ir::Value& v, const SymBindings& bindings) {
   return (bytes + a - 1) / a * a;
 }
 
-// Greedy by size, best fit: each buffer (largest first) goes into the
-// smallest gap that holds it among the buffers already placed whose live
-// ranges overlap its own, else above them all.
-void assign_offsets(MemoryPlan& plan) {
-  std::vector<std::size_t> order(plan.buffers.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return plan.buffers[a].bytes > plan.buffers[b].bytes;
-  });
+// Best fit in a given order: each buffer goes into the smallest gap that
+// holds it among the buffers already placed whose live ranges overlap its
+// own, else above them all. Returns the arena size; writes the offsets.
+std::int64_t best_fit(std::vector<MemoryPlan::Buffer>& buffers,
+                      const std::vector<std::size_t>& order) {
+  std::int64_t arena = 0;
   std::vector<const MemoryPlan::Buffer*> placed;
   std::vector<const MemoryPlan::Buffer*> overlapping;
   for (const std::size_t i : order) {
-    MemoryPlan::Buffer& b = plan.buffers[i];
+    MemoryPlan::Buffer& b = buffers[i];
     overlapping.clear();
     for (const MemoryPlan::Buffer* p : placed) {
       if (p->first <= b.last && b.first <= p->last && p->bytes > 0) overlapping.push_back(p);
@@ -49,9 +46,44 @@ void assign_offsets(MemoryPlan& plan) {
       cursor = std::max(cursor, p->offset + p->bytes);
     }
     b.offset = best >= 0 ? best : cursor;
-    plan.arena_bytes = std::max(plan.arena_bytes, b.offset + b.bytes);
+    arena = std::max(arena, b.offset + b.bytes);
     placed.push_back(&b);
   }
+  return arena;
+}
+
+// Offset assignment is NP-hard in general (dynamic storage allocation), so
+// try the usual greedy orders and keep the smallest arena: largest first,
+// first-born first (the interval-graph order), and longest-lived first.
+void assign_offsets(MemoryPlan& plan) {
+  const auto& bufs = plan.buffers;
+  std::vector<std::size_t> base(bufs.size());
+  std::iota(base.begin(), base.end(), std::size_t{0});
+  using Less = bool (*)(const MemoryPlan::Buffer&, const MemoryPlan::Buffer&);
+  const Less orders[] = {
+      [](const MemoryPlan::Buffer& a, const MemoryPlan::Buffer& b) { return a.bytes > b.bytes; },
+      [](const MemoryPlan::Buffer& a, const MemoryPlan::Buffer& b) {
+        return a.first != b.first ? a.first < b.first : a.bytes > b.bytes;
+      },
+      [](const MemoryPlan::Buffer& a, const MemoryPlan::Buffer& b) {
+        return a.last - a.first > b.last - b.first;
+      },
+  };
+  std::vector<MemoryPlan::Buffer> best;
+  plan.arena_bytes = std::numeric_limits<std::int64_t>::max();
+  for (const Less less : orders) {
+    std::vector<std::size_t> order = base;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return less(bufs[a], bufs[b]); });
+    std::vector<MemoryPlan::Buffer> trial = bufs;
+    const std::int64_t arena = best_fit(trial, order);
+    if (arena < plan.arena_bytes) {
+      plan.arena_bytes = arena;
+      best = std::move(trial);
+    }
+  }
+  if (bufs.empty()) plan.arena_bytes = 0;
+  if (!best.empty()) plan.buffers = std::move(best);
 }
 
 }  // namespace

@@ -71,6 +71,36 @@ TEST(models_llama, greedy_from_bos_reproduces_the_reference_in_every_mode) {
   }
 }
 
+TEST(models_llama, device_argmax_agrees_with_host_picking_and_teacher_forcing_feeds_given_ids) {
+  SKIP_WITHOUT_SHARED();
+  const auto want = reference_ids();
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    auto on_device = greedy(64, mode);
+    auto on_host = greedy(64, mode);
+    on_host.device_argmax = false;
+    const auto d = sg::tools::generate(stories(), on_device);
+    const auto h = sg::tools::generate(stories(), on_host);
+    EXPECT_TRUE(d.used_device_argmax) << sg::mode_name(mode);
+    EXPECT_FALSE(h.used_device_argmax) << sg::mode_name(mode);
+    EXPECT_EQ(d.ids, h.ids) << sg::mode_name(mode);
+    EXPECT_EQ(d.step_us.size(), 63U);
+    EXPECT_EQ(h.step_us.size(), 63U);
+  }
+  // Teacher forcing with the reference ids reproduces the reference logits...
+  auto forced = greedy(64, sg::Mode::reduce_overhead);
+  forced.forced_ids.assign(want.begin(), want.begin() + 63);
+  forced.keep_logits = true;
+  EXPECT_FALSE(sg::tools::generate(stories(), forced).used_device_argmax);
+  EXPECT_LT(max_abs_diff(sg::tools::generate(stories(), forced).logits, reference_logits()), 1e-3F);
+  // ...and forcing other ids changes what the model sees.
+  auto zeros = greedy(16, sg::Mode::reduce_overhead);
+  zeros.forced_ids.assign(15, 0);
+  const auto z = sg::tools::generate(stories(), zeros);
+  EXPECT_NE(z.ids, std::vector<std::int64_t>(want.begin(), want.begin() + 16));
+  zeros.forced_ids.assign(3, 0);
+  EXPECT_THROW((void)sg::tools::generate(stories(), zeros), sg::Error);
+}
+
 TEST(models_llama, logits_match_the_reference_decoding_and_as_one_prompt) {
   SKIP_WITHOUT_SHARED();
   const auto want = reference_logits();
