@@ -109,19 +109,36 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
       const float* qrow = pq + t * q.strides[0] + h * q.strides[1];
       const float* kbase = pk + kvh * k.strides[1];
       float mx = -std::numeric_limits<float>::infinity();
-      for (std::int64_t j = 0; j < visible; ++j) {
-        const float s = vec::dot(qrow, kbase + j * k.strides[0], d) * scale;
-        scores[j] = s;
+      std::int64_t done = 0;  // positions scored eight at a time
+      if (d % vec::kLanes == 0) {
+        for (; done + vec::kLanes <= visible; done += vec::kLanes) {
+          vec::dot_8rows(qrow, kbase + done * k.strides[0], k.strides[0], d, scores + done);
+        }
+        for (std::int64_t i = 0; i < done; ++i) {
+          scores[i] *= scale;
+          mx = std::max(mx, scores[i]);
+        }
+      }
+      for (std::int64_t i = done; i < visible; ++i) {
+        const float s = vec::dot(qrow, kbase + i * k.strides[0], d) * scale;
+        scores[i] = s;
         mx = std::max(mx, s);
       }
       for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
       const float sum = vec::sum(scores, visible);
       std::fill(acc, acc + d, 0.0F);
       const float* vbase = pv + kvh * v.strides[1];
-      for (std::int64_t j = 0; j < visible; ++j) {
-        const float* vrow = vbase + j * v.strides[0];
-        const float w = scores[j];
-        for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
+      if (d % vec::kLanes == 0) {
+        // Eight columns at a time over all rows, accumulated in registers.
+        for (std::int64_t c = 0; c < d; c += vec::kLanes) {
+          vec::weighted_sum_8cols(scores, vbase + c, v.strides[0], visible, acc + c);
+        }
+      } else {
+        for (std::int64_t j = 0; j < visible; ++j) {
+          const float* vrow = vbase + j * v.strides[0];
+          const float w = scores[j];
+          for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
+        }
       }
       const float inv = 1.0F / sum;
       float* orow = po + t * o.strides[0] + h * o.strides[1];

@@ -24,7 +24,8 @@ namespace sinkgraph::kernels::cpu::vec {
 // Eight f32 lanes (GCC/Clang vector extension: one AVX register with
 // -march=native, two SSE registers without). Loads go through memcpy, so rows
 // need no alignment. Vectors stay local to each function: none is passed or
-// returned by value, which keeps the calling convention out of it.
+// returned by value across a call (lambdas below are inlined), which keeps
+// the calling convention out of it.
 using F8 = float __attribute__((vector_size(32)));
 inline constexpr std::int64_t kLanes = 8;
 
@@ -102,6 +103,61 @@ inline void dot4(const float* w0, std::int64_t ldw, const float* x, std::int64_t
   out[1] = s1;
   out[2] = s2;
   out[3] = s3;
+}
+
+// out[0..8) = sum_j w[j] * rows[j * stride + 0..8) for j < n: eight columns of
+// a weighted sum of rows, the accumulators kept in registers (two, for even
+// and odd j, so consecutive multiply-adds do not wait on each other).
+inline void weighted_sum_8cols(const float* w, const float* rows, std::int64_t stride,
+                               std::int64_t n, float* out) {
+  F8 a0 = {}, a1 = {};
+  std::int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    F8 v0, v1;
+    std::memcpy(&v0, rows + j * stride, sizeof v0);
+    std::memcpy(&v1, rows + (j + 1) * stride, sizeof v1);
+    a0 += w[j] * v0;
+    a1 += w[j + 1] * v1;
+  }
+  if (j < n) {
+    F8 v;
+    std::memcpy(&v, rows + j * stride, sizeof v);
+    a0 += w[j] * v;
+  }
+  const F8 a = a0 + a1;
+  std::memcpy(out, &a, sizeof a);
+}
+
+// out[l] = q . rows[l] for the eight rows rows + l * stride (l < 8), with n a
+// multiple of kLanes: eight vectors of partial sums, then one transposing
+// reduction instead of eight horizontal ones.
+inline void dot_8rows(const float* q, const float* rows, std::int64_t stride, std::int64_t n,
+                      float* out) {
+  F8 p[kLanes] = {};
+  for (std::int64_t i = 0; i < n; i += kLanes) {
+    F8 qv;
+    std::memcpy(&qv, q + i, sizeof qv);
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      F8 kv;
+      std::memcpy(&kv, rows + l * stride + i, sizeof kv);
+      p[l] += qv * kv;
+    }
+  }
+  // Pairs, then quads, then halves: lane l of the result sums all of p[l].
+  const auto pairs = [](F8 a, F8 b) {
+    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+  };
+  const F8 t01 = pairs(p[0], p[1]), t23 = pairs(p[2], p[3]);
+  const F8 t45 = pairs(p[4], p[5]), t67 = pairs(p[6], p[7]);
+  const auto quads = [](F8 a, F8 b) {
+    return __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
+  };
+  const F8 u0 = quads(t01, t23), u4 = quads(t45, t67);
+  const F8 r = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+  std::memcpy(out, &r, sizeof r);
 }
 
 #undef SG_LANE_SUM
