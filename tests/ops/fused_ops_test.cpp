@@ -26,17 +26,9 @@ constexpr double kAtol = 1e-6;
 // does not: a few roundings of 2^-11 (f16) or 2^-8 (bf16).
 double half_rtol(DType d) { return d == DType::f16 ? 4e-3 : 3e-2; }
 
-// Element `idx` of an operand of `shape` broadcast to `out` (row-major values).
+// Element `flat` of `out` read from an operand of `shape` under broadcasting.
 double at(const std::vector<float>& v, const Dims& shape, const Dims& out, std::int64_t flat) {
-  const Dims idx = ref::unravel(flat, out);
-  std::int64_t off = 0;
-  std::int64_t stride = 1;
-  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
-    const auto oi = idx[idx.size() - shape.size() + static_cast<std::size_t>(i)];
-    off += (shape[static_cast<std::size_t>(i)] == 1 ? 0 : oi) * stride;
-    stride *= shape[static_cast<std::size_t>(i)];
-  }
-  return v[static_cast<std::size_t>(off)];
+  return v[static_cast<std::size_t>(ref::broadcast_index(ref::unravel(flat, out), shape))];
 }
 
 struct BroadcastCase {

@@ -126,7 +126,6 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
       }
       for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
       const float sum = vec::sum(scores, visible);
-      std::fill(acc, acc + d, 0.0F);
       const float* vbase = pv + kvh * v.strides[1];
       if (d % vec::kLanes == 0) {
         // Eight columns at a time over all rows, accumulated in registers.
@@ -134,6 +133,7 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
           vec::weighted_sum_8cols(scores, vbase + c, v.strides[0], visible, acc + c);
         }
       } else {
+        std::fill(acc, acc + d, 0.0F);
         for (std::int64_t j = 0; j < visible; ++j) {
           const float* vrow = vbase + j * v.strides[0];
           const float w = scores[j];
