@@ -37,7 +37,9 @@ constexpr double kHalfAtol = 1e-3;
 
 double half_rtol(DType d) { return d == DType::f16 ? kF16Rtol : kBF16Rtol; }
 
-const Dims kRowShapes[] = {{4, 7}, {2, 3, 16}, {1, 1}, {5, 1}, {0, 8}, {9}, {3, 2, 2, 33}};
+// Lengths below, at and past the eight-lane blocks of the f32 fast paths.
+const Dims kRowShapes[] = {{4, 7}, {2, 3, 16}, {1, 1},        {5, 1},
+                           {0, 8}, {9},        {3, 2, 2, 33}, {2, 288}};
 
 // ---- softmax ----------------------------------------------------------------
 

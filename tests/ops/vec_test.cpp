@@ -2,6 +2,7 @@
 // loops]) against the C library and plain loops.
 #include "kernels/cpu/vec.h"  // internal: the tests build with src/ on the include path
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -45,6 +46,25 @@ TEST(ops_vec, dot_matches_a_double_loop) {
     for (std::size_t i = 0; i < a.size(); ++i) want += static_cast<double>(a[i]) * b[i];
     EXPECT_NEAR(vec::dot(a.data(), b.data(), n), want, 1e-5 * (1 + static_cast<double>(n)))
         << "n = " << n;
+  }
+}
+
+TEST(ops_vec, max_matches_a_sequential_std_max) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-50, 50);
+  for (const std::int64_t n : {0, 1, 7, 8, 9, 64, 513}) {
+    std::vector<float> x(static_cast<std::size_t>(n));
+    for (float& v : x) v = u(rng);
+    float want = -std::numeric_limits<float>::infinity();
+    for (const float v : x) want = std::max(want, v);
+    EXPECT_EQ(vec::max(x.data(), n), want) << "n = " << n;
+    if (n > 3) {  // a NaN is skipped, in a lane block and in the tail alike
+      x[2] = std::numeric_limits<float>::quiet_NaN();
+      x[static_cast<std::size_t>(n) - 1] = std::numeric_limits<float>::quiet_NaN();
+      float skip = -std::numeric_limits<float>::infinity();
+      for (const float v : x) skip = std::max(skip, v);
+      EXPECT_EQ(vec::max(x.data(), n), skip) << "n = " << n;
+    }
   }
 }
 

@@ -1,4 +1,6 @@
 // Operations over the last dimension: softmax, rms_norm, layer_norm, argmax.
+#include "rows.h"
+
 #include <cmath>
 #include <limits>
 
@@ -12,6 +14,10 @@ inline std::int64_t last_stride(const TensorArg& t) {
   return t.ndim > 0 ? t.strides[t.ndim - 1] : 1;
 }
 inline std::int64_t last_size(const TensorArg& t) { return t.ndim > 0 ? t.sizes[t.ndim - 1] : 1; }
+// Rows of f32 with unit stride: the vectorized row functions (rows.h) apply.
+inline bool unit_f32_rows(const TensorArg& t) {
+  return t.dtype == DType::f32 && last_stride(t) == 1;
+}
 }  // namespace
 
 void softmax(const ArgBlock& args, KernelContext&) {
@@ -20,6 +26,13 @@ void softmax(const ArgBlock& args, KernelContext&) {
   const std::int64_t n = last_size(x);
   const std::int64_t xs = last_stride(x);
   const std::int64_t os = last_stride(o);
+  if (unit_f32_rows(x) && unit_f32_rows(o)) {
+    const auto* px = static_cast<const float*>(x.data);
+    auto* po = static_cast<float*>(o.data);
+    for_each_last_dim_row(
+        x, o, [&](std::int64_t xo, std::int64_t oo) { softmax_row_f32(px + xo, po + oo, n); });
+    return;
+  }
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     T* po = static_cast<T*>(o.data);
@@ -51,6 +64,15 @@ void rms_norm(const ArgBlock& args, KernelContext&) {
   const std::int64_t xs = last_stride(x);
   const std::int64_t ws = last_stride(w);
   const std::int64_t os = last_stride(o);
+  if (unit_f32_rows(x) && unit_f32_rows(w) && unit_f32_rows(o)) {
+    const auto* px = static_cast<const float*>(x.data);
+    const float* pw = static_cast<const float*>(w.data) + w.offset;
+    auto* po = static_cast<float*>(o.data);
+    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+      rms_norm_row_f32(px + xo, pw, po + oo, n, eps);
+    });
+    return;
+  }
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     const T* pw = static_cast<const T*>(w.data) + w.offset;

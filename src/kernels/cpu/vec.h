@@ -73,6 +73,23 @@ inline float sum(const float* x, std::int64_t n) {
   return s;
 }
 
+// max_i x[i] (-inf for an empty row), in lanes. A NaN element is skipped, as
+// by std::max(acc, x) in sequence.
+inline float max(const float* x, std::int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  F8 acc = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    F8 v;
+    std::memcpy(&v, x + i, sizeof v);
+    acc = v > acc ? v : acc;
+  }
+  float m = kNegInf;
+  for (std::int64_t l = 0; l < kLanes; ++l) m = std::max(m, acc[l]);
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 // out[r] = w[r, :] . x for four rows at once (x is read once for the four).
 inline void dot4(const float* w0, std::int64_t ldw, const float* x, std::int64_t n, float* out) {
   const float* w1 = w0 + ldw;
