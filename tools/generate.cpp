@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -20,24 +19,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Greedy: the first maximum. Sampling: softmax(logits / T) with a seeded
-// generator whose floats come from its raw bits (reproducible everywhere).
-std::int64_t pick(std::span<const float> row, double temperature, std::mt19937_64& rng) {
-  const auto best = std::max_element(row.begin(), row.end());
-  if (temperature <= 0) return best - row.begin();
-  std::vector<double> p(row.size());
-  double sum = 0;
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    p[i] = std::exp((static_cast<double>(row[i]) - *best) / temperature);
-    sum += p[i];
-  }
-  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * sum;
-  double acc = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    acc += p[i];
-    if (u < acc) return static_cast<std::int64_t>(i);
-  }
-  return static_cast<std::int64_t>(p.size()) - 1;
+// The next token from the last row of `logits` ([rows, vocab]), picked on the
+// stream: greedy is the first maximum, sampling a draw from softmax(logits /
+// T) keyed by (seed, position) (Note [Counter-based sampling]), so the same
+// seed gives the same ids whether the host waits for each token or not.
+Tensor pick(const Tensor& logits, const GenerateOptions& options, std::int64_t position) {
+  const std::int64_t rows = logits.size(0);
+  const Tensor last = rows == 1 ? logits : ops::slice(logits, 0, rows - 1, rows);
+  if (options.temperature <= 0) return ops::argmax(last);
+  return ops::sample(last, options.temperature, static_cast<std::int64_t>(options.seed), position);
 }
 
 }  // namespace
@@ -112,38 +102,36 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   };
 
   const Tensor kv = model.new_kv_cache();
-  std::mt19937_64 rng(options.seed);
-  const auto vocab = static_cast<std::size_t>(c.vocab_size);
 
   // Prefill: the whole prompt in one call.
   auto t0 = std::chrono::steady_clock::now();
   std::int64_t span_start = now_ns();
   const Tensor prompt = Tensor::from_ints(options.prompt, {p});
-  std::vector<float> rows = run(prefill, prompt, 0, kv).to_floats();
+  const Tensor prompt_logits = run(prefill, prompt, 0, kv);
+  if (options.keep_logits) result.logits = prompt_logits.to_floats();
+  Tensor token = pick(prompt_logits, options, p - 1);
+  std::int64_t next = token.to_ints()[0];
   result.prefill_seconds = seconds_since(t0);
   mark("prefill", span_start);
-  if (options.keep_logits) result.logits = rows;
-  std::int64_t next = pick(std::span(rows).subspan(static_cast<std::size_t>(p - 1) * vocab, vocab),
-                           options.temperature, rng);
   result.ids.push_back(next);
 
   // Decode: one token per step. The first step is not timed (it captures).
-  const bool on_device = options.device_argmax && options.temperature == 0.0 && !options.stop_id &&
-                         !options.keep_logits && options.forced_ids.empty();
-  result.used_device_argmax = on_device;
+  const bool on_device = options.chain_on_device && !options.stop_id && !options.keep_logits &&
+                         options.forced_ids.empty();
+  result.chained_on_device = on_device;
   std::chrono::steady_clock::time_point decode_start;
   if (on_device) {
-    // The token never visits the host: argmax runs on the stream right after
-    // the step and is the next step's input (a replay copies it into the
-    // graph's static buffer). Events between steps time each step on the device.
-    Tensor token = Tensor::from_ints({next}, {1});
+    // The token never visits the host: argmax or sample runs on the stream
+    // right after the step and is the next step's input (a replay copies it
+    // into the graph's static buffer). Events between steps time each step on
+    // the device.
     std::vector<Tensor> picked;
     std::vector<Event> done(static_cast<std::size_t>(std::max<std::int64_t>(options.steps, 1)));
     done[0].record(stream);
     for (std::int64_t step = 1; step < options.steps; ++step) {
       if (step == 2) decode_start = std::chrono::steady_clock::now();
       span_start = now_ns();
-      token = ops::argmax(run(decode, token, p + step - 1, kv));
+      token = pick(run(decode, token, p + step - 1, kv), options, p + step - 1);
       done[static_cast<std::size_t>(step)].record(stream);
       picked.push_back(token);
       mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
@@ -165,11 +153,13 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
       const std::int64_t feed = options.forced_ids.empty()
                                     ? next
                                     : options.forced_ids[static_cast<std::size_t>(step - 1)];
-      const Tensor token = Tensor::from_ints({feed}, {1});
-      const std::vector<float> row = run(decode, token, p + step - 1, kv).to_floats();
+      const Tensor logits = run(decode, Tensor::from_ints({feed}, {1}), p + step - 1, kv);
+      if (options.keep_logits) {
+        const std::vector<float> row = logits.to_floats();
+        result.logits.insert(result.logits.end(), row.begin(), row.end());
+      }
+      next = pick(logits, options, p + step - 1).to_ints()[0];
       mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
-      if (options.keep_logits) result.logits.insert(result.logits.end(), row.begin(), row.end());
-      next = pick(row, options.temperature, rng);
       result.ids.push_back(next);
       result.step_us.push_back(1e6 * seconds_since(step_start));
       if (step >= 2) ++result.timed_decode_steps;

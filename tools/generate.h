@@ -21,10 +21,12 @@ struct GenerateOptions {
   std::optional<std::int64_t> stop_id;
   bool keep_logits = false;  // every row run through the model (P + N - 1 rows)
   bool trace = false;        // record host launches and device spans
-  // Greedy decoding with no stop id and no kept logits picks each token with
-  // argmax on the device and feeds it straight into the next step: the host
-  // never waits for a token, and reads all ids once at the end.
-  bool device_argmax = true;
+  // Tokens are always picked on the device (argmax, or the sample operator).
+  // With no stop id, no kept logits and no teacher forcing, the picked token
+  // is also fed straight into the next step: the host never waits for a
+  // token, and reads all ids once at the end. false: the host reads each id
+  // before the next step (the loop a stop id needs).
+  bool chain_on_device = true;
   // Teacher forcing (benchmarks and tests): decode step k feeds forced_ids[k-1]
   // instead of the token picked at step k-1; the picked ids are still reported.
   std::vector<std::int64_t> forced_ids;
@@ -44,10 +46,10 @@ struct GenerateResult {
   double decode_seconds = 0;  // decode steps after the first
   std::int64_t timed_decode_steps = 0;
   // Per decode step (steps 1 .. N-1), microseconds: the time between the device
-  // finishing step k-1 and step k on the device-argmax path (events recorded on
+  // finishing step k-1 and step k on the chained path (events recorded on
   // the stream), else the host's wall time for the step.
   std::vector<double> step_us;
-  bool used_device_argmax = false;
+  bool chained_on_device = false;  // the token chained on the device (no host wait)
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
   std::string explain;  // compiled functions' reports (empty in eager mode)

@@ -79,6 +79,13 @@ SG_API Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 // Index of the maximum over the last dimension (first on ties), as i64.
 SG_API Tensor argmax(const Tensor& x);
+// A draw from softmax(logits / temperature) over the last dimension, as i64.
+// The randomness is a pure function of (seed, offset, row) (Note
+// [Counter-based sampling]): equal arguments give equal ids, and `offset`
+// (updatable: a captured graph patches it per replay) is what a decode loop
+// advances, e.g. the position being sampled. temperature must be > 0.
+SG_API Tensor sample(const Tensor& logits, double temperature, std::int64_t seed,
+                     const SymInt& offset);
 
 SG_API Tensor full(const SymShape& shape, double value, DType dtype = DType::f32);
 SG_API Tensor zeros(const SymShape& shape, DType dtype = DType::f32);

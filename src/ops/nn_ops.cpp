@@ -17,6 +17,7 @@ inline constexpr char kRope[] = "rope";
 inline constexpr char kEmbedding[] = "embedding";
 inline constexpr char kAttention[] = "attention";
 inline constexpr char kArgmax[] = "argmax";
+inline constexpr char kSample[] = "sample";
 
 namespace {
 
@@ -151,6 +152,20 @@ TensorMeta argmax_shape(const ShapeArgs& args) {
   return {DType::i64, out, x.device};
 }
 
+TensorMeta sample_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  check_floating(x, kSample, "logits");
+  SG_CHECK(!x.shape.empty(), "sample: logits must have at least 1 dimension");
+  SG_CHECK(!(x.shape.back() == SymInt(0)), "sample: the last dimension of logits",
+           shape_str(x.shape), " is empty");
+  const double t = args.real(0);
+  SG_CHECK(t > 0.0 && std::isfinite(t), "sample: temperature must be finite and > 0, got ", t,
+           " (greedy decoding is argmax)");
+  SymShape out = x.shape;
+  out.erase(out.size() - 1);
+  return {DType::i64, out, x.device};
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
@@ -176,6 +191,12 @@ void register_nn_ops(OpRegistry& r) {
                  {"scale", ArgKind::real}},
                 attention_shape, k::attention));
   r.add(make_op(kArgmax, {x}, argmax_shape, k::argmax));
+  r.add(make_op(kSample,
+                {{"logits"},
+                 {"temperature", ArgKind::real},
+                 {"seed", ArgKind::integer},
+                 {"offset", ArgKind::integer, /*updatable=*/true}},
+                sample_shape, k::sample));
 }
 
 }  // namespace detail
@@ -211,6 +232,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt
   return call(op_def<detail::kAttention>(), {&q, &k, &v}, {seq_len, scale});
 }
 Tensor argmax(const Tensor& x) { return call(op_def<detail::kArgmax>(), {&x}); }
+Tensor sample(const Tensor& logits, double temperature, std::int64_t seed, const SymInt& offset) {
+  return call(op_def<detail::kSample>(), {&logits}, {temperature, SymInt(seed), offset});
+}
 
 }  // namespace ops
 }  // namespace sinkgraph

@@ -1,5 +1,6 @@
 // reduce-overhead: capture once per graph key, replay with one launch.
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -87,6 +88,29 @@ TEST(compiler_capture, decode_graph_with_an_updatable_position_captures_once) {
   }
   EXPECT_EQ(fn->counters().captured, 1);
   EXPECT_EQ(fn->counters().replayed, 100);
+  EXPECT_NE(fn->explain(true).find("updatable pos"), std::string::npos) << fn->explain(true);
+}
+
+TEST(compiler_capture, sampling_offset_is_patched_per_replay) {
+  // Note [Counter-based sampling]: the draw depends on an updatable offset,
+  // so one capture serves every position and each replay draws as eager does.
+  const auto body = [](std::span<const sg::Arg> args) {
+    const auto& logits = std::get<sg::Tensor>(args[0]);
+    return std::vector<sg::Tensor>{
+        sg::ops::sample(sg::ops::mul_scalar(logits, 2.0), 0.8, 42, std::get<sg::SymInt>(args[1]))};
+  };
+  sg::TraceOptions options;
+  options.arg_names = {"logits", "pos"};
+  auto fn = sg::compile(body, sg::get_backend(reduce_overhead()), options);
+  const sg::Tensor logits = sgtest::random_tensor({8, 50}, 7);
+  std::set<std::vector<std::int64_t>> distinct;
+  for (std::int64_t pos = 0; pos < 20; ++pos) {
+    const auto got = (*fn)({logits, sg::SymInt(pos)})[0].to_ints();
+    EXPECT_EQ(got, body(std::vector<sg::Arg>{logits, sg::SymInt(pos)})[0].to_ints()) << pos;
+    distinct.insert(got);
+  }
+  EXPECT_EQ(fn->counters().captured, 1);
+  EXPECT_GT(distinct.size(), 15U);  // the position changes the draw
   EXPECT_NE(fn->explain(true).find("updatable pos"), std::string::npos) << fn->explain(true);
 }
 

@@ -71,17 +71,45 @@ TEST(models_llama, greedy_from_bos_reproduces_the_reference_in_every_mode) {
   }
 }
 
-TEST(models_llama, device_argmax_agrees_with_host_picking_and_teacher_forcing_feeds_given_ids) {
+TEST(models_llama, sampling_on_the_device_is_seeded_and_the_same_chained_or_not) {
+  SKIP_WITHOUT_SHARED();
+  const auto want = reference_ids();
+  std::vector<std::int64_t> first;
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    auto chained = greedy(64, mode);
+    chained.temperature = 0.9;
+    chained.seed = 11;
+    auto waited = chained;
+    waited.chain_on_device = false;
+    const auto c = sg::tools::generate(stories(), chained);
+    const auto w = sg::tools::generate(stories(), waited);
+    EXPECT_TRUE(c.chained_on_device);
+    EXPECT_EQ(c.ids, w.ids) << sg::mode_name(mode);
+    if (first.empty()) first = c.ids;
+    EXPECT_EQ(c.ids, first) << sg::mode_name(mode) << " differs from eager";
+  }
+  EXPECT_NE(first, std::vector<std::int64_t>(want.begin(), want.begin() + 64));
+  auto other = greedy(64, sg::Mode::reduce_overhead);
+  other.temperature = 0.9;
+  other.seed = 12;
+  EXPECT_NE(sg::tools::generate(stories(), other).ids, first);
+  // A temperature near zero samples the greedy reference.
+  other.temperature = 1e-4;
+  EXPECT_EQ(sg::tools::generate(stories(), other).ids,
+            std::vector<std::int64_t>(want.begin(), want.begin() + 64));
+}
+
+TEST(models_llama, chained_picking_agrees_with_host_waits_and_teacher_forcing_feeds_given_ids) {
   SKIP_WITHOUT_SHARED();
   const auto want = reference_ids();
   for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
     auto on_device = greedy(64, mode);
     auto on_host = greedy(64, mode);
-    on_host.device_argmax = false;
+    on_host.chain_on_device = false;
     const auto d = sg::tools::generate(stories(), on_device);
     const auto h = sg::tools::generate(stories(), on_host);
-    EXPECT_TRUE(d.used_device_argmax) << sg::mode_name(mode);
-    EXPECT_FALSE(h.used_device_argmax) << sg::mode_name(mode);
+    EXPECT_TRUE(d.chained_on_device) << sg::mode_name(mode);
+    EXPECT_FALSE(h.chained_on_device) << sg::mode_name(mode);
     EXPECT_EQ(d.ids, h.ids) << sg::mode_name(mode);
     EXPECT_EQ(d.step_us.size(), 63U);
     EXPECT_EQ(h.step_us.size(), 63U);
@@ -90,7 +118,7 @@ TEST(models_llama, device_argmax_agrees_with_host_picking_and_teacher_forcing_fe
   auto forced = greedy(64, sg::Mode::reduce_overhead);
   forced.forced_ids.assign(want.begin(), want.begin() + 63);
   forced.keep_logits = true;
-  EXPECT_FALSE(sg::tools::generate(stories(), forced).used_device_argmax);
+  EXPECT_FALSE(sg::tools::generate(stories(), forced).chained_on_device);
   EXPECT_LT(max_abs_diff(sg::tools::generate(stories(), forced).logits, reference_logits()), 1e-3F);
   // ...and forcing other ids changes what the model sees.
   auto zeros = greedy(16, sg::Mode::reduce_overhead);

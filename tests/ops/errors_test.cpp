@@ -111,6 +111,17 @@ TEST(ops_errors, mismatched_shapes) {
         (void)ops::argmax(Tensor::empty({3, 0}, DType::f32));
       },
       {"argmax", "[3,0]"});
+  expect_host_error([&] { (void)ops::sample(a, 0.0, 1, 0); }, {"sample", "temperature", "argmax"});
+  expect_host_error(
+      [&] {
+        (void)ops::sample(Tensor::empty({3, 0}, DType::f32), 1.0, 1, 0);
+      },
+      {"sample", "[3,0]"});
+  expect_host_error(
+      [&] {
+        (void)ops::sample(Tensor::from_ints({1, 2}, {2}), 1.0, 1, 0);
+      },
+      {"sample", "logits", "i64"});
 }
 
 TEST(ops_errors, wrong_dtype) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/counter_rng.h"  // internal: the tests build with src/ on the include path
 #include "ops/reference.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/tensor.h"
@@ -369,6 +370,88 @@ TEST(ops_argmax, strided_and_half_inputs) {
   const auto ints = sgtest::random_ints(rng, 4 * 7, -50, 50);
   EXPECT_EQ(ops::argmax(Tensor::from_ints(ints, {4, 7}, DType::i32)).to_ints(),
             ref::argmax(ints, 7));
+}
+
+// ---- sample -------------------------------------------------------------------
+
+// The inverse-CDF draw written out plainly (double weights kept in a vector).
+std::int64_t reference_sample(const std::vector<float>& row, double t, double u) {
+  double best = row[0];
+  for (const float v : row) best = std::max(best, static_cast<double>(v));
+  std::vector<double> w;
+  double total = 0;
+  for (const float v : row) total += w.emplace_back(std::exp((v - best) / t));
+  double acc = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    acc += w[i];
+    if (u * total < acc) return static_cast<std::int64_t>(i);
+  }
+  return static_cast<std::int64_t>(w.size()) - 1;
+}
+
+TEST(ops_sample, matches_the_inverse_cdf_reference_row_by_row) {
+  std::mt19937 rng(48);
+  for (const double t : {0.3, 1.0, 2.5}) {
+    const std::int64_t rows = 64, n = 37;
+    const auto v = sgtest::random_floats(rng, rows * n, -3.0F, 3.0F);
+    const auto got = ops::sample(make(v, {rows, n}), t, 1234, 17).to_ints();
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(v.begin() + r * n, v.begin() + (r + 1) * n);
+      const double u = sinkgraph::kernels::counter_uniform(1234, 17, static_cast<std::uint64_t>(r));
+      EXPECT_EQ(got[static_cast<std::size_t>(r)], reference_sample(row, t, u)) << "row " << r;
+    }
+  }
+}
+
+TEST(ops_sample, frequencies_follow_the_softmax) {
+  // 40000 rows of the same logits: each row is one independent draw.
+  const std::vector<float> logits = {0.0F, 1.0F, 2.0F, -1.0F};
+  const std::int64_t rows = 40000;
+  std::vector<float> v;
+  for (std::int64_t r = 0; r < rows; ++r) v.insert(v.end(), logits.begin(), logits.end());
+  for (const double t : {0.7, 1.5}) {
+    const auto ids = ops::sample(make(v, {rows, 4}), t, 99, 0).to_ints();
+    std::vector<double> count(4, 0.0), p(4, 0.0);
+    for (const std::int64_t id : ids) count[static_cast<std::size_t>(id)] += 1;
+    double z = 0;
+    for (std::size_t i = 0; i < 4; ++i) z += p[i] = std::exp(logits[i] / t);
+    double chi2 = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const double e = rows * p[i] / z;
+      chi2 += (count[i] - e) * (count[i] - e) / e;
+    }
+    EXPECT_LT(chi2, 16.3) << "t = " << t;  // 3 degrees of freedom: p = 0.001
+  }
+}
+
+TEST(ops_sample, seeds_and_offsets_change_the_draw_and_repeat_exactly) {
+  std::mt19937 rng(49);
+  const auto v = sgtest::random_floats(rng, 256 * 16, -1.0F, 1.0F);
+  const Tensor x = make(v, {256, 16});
+  const auto a = ops::sample(x, 1.0, 5, 3).to_ints();
+  EXPECT_EQ(ops::sample(x, 1.0, 5, 3).to_ints(), a);
+  EXPECT_NE(ops::sample(x, 1.0, 6, 3).to_ints(), a);
+  EXPECT_NE(ops::sample(x, 1.0, 5, 4).to_ints(), a);
+  // A low temperature is greedy; f16 logits sample like their f32 values.
+  EXPECT_EQ(ops::sample(x, 1e-4, 5, 3).to_ints(), ops::argmax(x).to_ints());
+  std::vector<float> stored;
+  const Tensor h = make(v, {256, 16}, DType::f16, &stored);
+  EXPECT_EQ(ops::sample(h, 1.0, 5, 3).to_ints(),
+            ops::sample(make(stored, {256, 16}), 1.0, 5, 3).to_ints());
+}
+
+TEST(ops_sample, counter_uniform_is_splitmix64) {
+  // SplitMix64's published first output from state 0 (Vigna's splitmix64.c).
+  EXPECT_EQ(sinkgraph::kernels::splitmix64(0), 0xE220A8397B1DCDAFULL);
+  double sum = 0;
+  for (std::uint64_t i = 0; i < 10000; ++i) {
+    const double u = sinkgraph::kernels::counter_uniform(1, i, 0);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.01);  // 0.5 +- 3.5 sigma (sigma = 0.0029)
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ void softmax(const ArgBlock& args, KernelContext& ctx);     // (x, out)
 void rms_norm(const ArgBlock& args, KernelContext& ctx);    // (x, w, out); (eps: f)
 void layer_norm(const ArgBlock& args, KernelContext& ctx);  // (x, w, b, out); (eps: f)
 void argmax(const ArgBlock& args, KernelContext& ctx);      // (x, out)
+void sample(const ArgBlock& args, KernelContext& ctx);      // (x, out; temperature, seed, offset)
 
 // Transformer pieces.
 void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, theta: f, style: i)

@@ -1,9 +1,10 @@
-// Operations over the last dimension: softmax, rms_norm, layer_norm, argmax.
+// Operations over the last dimension: softmax, rms_norm, layer_norm, argmax, sample.
 #include "rows.h"
 
 #include <cmath>
 #include <limits>
 
+#include "../counter_rng.h"
 #include "common.h"
 #include "kernels.h"
 
@@ -151,6 +152,49 @@ void argmax(const ArgBlock& args, KernelContext&) {
         }
       }
       po[oo] = best;
+    });
+  });
+}
+
+// Note [Counter-based sampling]: row r draws u = counter_uniform(seed,
+// offset, r) and picks the first index whose running sum of
+// exp((x_i - max) / T), in double, exceeds u times the total (inverse CDF).
+// Two passes recompute each exponential instead of storing it: a kernel has
+// no scratch memory, and exp is deterministic, so both passes see the same values.
+void sample(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const double temperature = args.scalars[0].f;
+  const auto seed = static_cast<std::uint64_t>(args.scalars[1].i);
+  const auto offset = static_cast<std::uint64_t>(args.scalars[2].i);
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  TensorArg orow = o;  // rank x.ndim - 1, walked with a trailing size-1 dim (as argmax)
+  orow.ndim = x.ndim;
+  orow.sizes[x.ndim - 1] = 1;
+  orow.strides[x.ndim - 1] = 1;
+  std::uint64_t row = 0;
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    auto* po = static_cast<std::int64_t*>(o.data);
+    for_each_last_dim_row(x, orow, [&](std::int64_t xo, std::int64_t oo) {
+      double best = load(px + xo);
+      for (std::int64_t i = 1; i < n; ++i) best = std::max(best, double{load(px + xo + i * xs)});
+      const auto weight = [&](std::int64_t i) {
+        return std::exp((double{load(px + xo + i * xs)} - best) / temperature);
+      };
+      double total = 0;
+      for (std::int64_t i = 0; i < n; ++i) total += weight(i);
+      const double target = counter_uniform(seed, offset, row++) * total;
+      std::int64_t pick = 0;  // a NaN total (NaN logits) picks 0
+      double acc = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double w = weight(i);
+        acc += w;
+        if (w > 0) pick = i;  // rounding may leave target >= acc: the last possible index
+        if (target < acc) break;
+      }
+      po[oo] = pick;
     });
   });
 }
