@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -213,16 +214,42 @@ double sgemv_floor_us(const sg::models::LlamaModel& model, int reps) {
 
 std::string svg_plot(const std::string& title, const std::vector<const Column*>& columns) {
   constexpr double kW = 760, kH = 420, kL = 70, kR = 170, kT = 40, kB = 50;
-  double ymax = 1, xmax = 1;
+  double ymin = std::numeric_limits<double>::infinity(), ymax = 1, xmax = 1;
   for (const Column* c : columns) {
     const auto lat = c->latency_by_position();
     xmax = std::max(xmax, static_cast<double>(lat.size()));
-    // Clip the scale at the 99th percentile so one outlier does not flatten the rest.
+    // Clip the scale at the 1st and 99th percentiles so one outlier does not
+    // flatten the rest.
     std::vector<double> sorted = lat;
     std::sort(sorted.begin(), sorted.end());
-    if (!sorted.empty()) ymax = std::max(ymax, sorted[sorted.size() * 99 / 100]);
+    if (!sorted.empty()) {
+      ymax = std::max(ymax, sorted[sorted.size() * 99 / 100]);
+      ymin = std::min(ymin, sorted[sorted.size() / 100]);
+    }
   }
   ymax *= 1.1;
+  ymin = std::isfinite(ymin) && ymin > 0 ? ymin / 1.1 : ymax / 10;
+  // Columns an order of magnitude apart (PyTorch beside the rest) get a log
+  // axis, or the fast ones would be a flat line at the bottom.
+  const bool log_axis = ymax / ymin > 8;
+  if (!log_axis) ymin = 0;
+  const double pw = kW - kL - kR, ph = kH - kT - kB;
+  const auto y_of = [&](double v) {
+    v = std::clamp(v, log_axis ? ymin : 0.0, ymax);
+    const double f = log_axis ? std::log(v / ymin) / std::log(ymax / ymin) : v / ymax;
+    return kT + ph - ph * f;
+  };
+  std::vector<double> ticks;
+  if (log_axis) {  // 1, 2, 5 times powers of ten
+    for (double decade = std::pow(10.0, std::floor(std::log10(ymin))); decade <= ymax;
+         decade *= 10) {
+      for (const double m : {1.0, 2.0, 5.0}) {
+        if (m * decade >= ymin && m * decade <= ymax) ticks.push_back(m * decade);
+      }
+    }
+  } else {
+    for (int i = 0; i <= 4; ++i) ticks.push_back(ymax * i / 4);
+  }
   const char* colors[] = {"#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"};
   std::ostringstream out;
   out << fmt::format(
@@ -235,20 +262,20 @@ std::string svg_plot(const std::string& title, const std::vector<const Column*>&
   out << fmt::format(R"svg(<text x="{}" y="22" font-size="14">{}</text>)svg"
                      "\n",
                      kL, title);
-  const double pw = kW - kL - kR, ph = kH - kT - kB;
   out << fmt::format(
       R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>)svg"
       "\n",
       kL, kT, pw, ph);
-  for (int i = 0; i <= 4; ++i) {
-    const double v = ymax * i / 4;
-    const double y = kT + ph - ph * i / 4;
+  for (const double v : ticks) {
+    const double y = y_of(v);
     out << fmt::format(R"svg(<text x="{}" y="{}" text-anchor="end">{:.0f}</text>)svg"
                        "\n",
                        kL - 6, y + 4, v);
     out << fmt::format(R"svg(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#eee"/>)svg"
                        "\n",
                        kL, y, kL + pw, y);
+  }
+  for (int i = 0; i <= 4; ++i) {
     const double xv = xmax * i / 4;
     out << fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">{:.0f}</text>)svg"
                        "\n",
@@ -259,15 +286,15 @@ std::string svg_plot(const std::string& title, const std::vector<const Column*>&
       "\n",
       kL + pw / 2, kH - 10);
   out << fmt::format(
-      R"svg(<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">µs per token (median over runs)</text>)svg"
+      R"svg(<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">µs per token (median over runs{})</text>)svg"
       "\n",
-      kT + ph / 2, kT + ph / 2);
+      kT + ph / 2, kT + ph / 2, log_axis ? ", log scale" : "");
   for (std::size_t c = 0; c < columns.size(); ++c) {
     const auto lat = columns[c]->latency_by_position();
     std::string points;
     for (std::size_t i = 0; i < lat.size(); ++i) {
       const double x = kL + pw * static_cast<double>(i + 1) / xmax;
-      const double y = kT + ph - ph * std::min(lat[i], ymax) / ymax;
+      const double y = y_of(lat[i]);
       points += fmt::format("{:.1f},{:.1f} ", x, y);
     }
     const char* color = colors[c % 6];
