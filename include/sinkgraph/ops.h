@@ -94,6 +94,11 @@ SG_API Tensor arange(const SymInt& n, DType dtype = DType::i64);
 // Fused operators (made by max-autotune's fusion passes; docs/architecture.md).
 // mul(silu(a), b) in one kernel, with broadcasting.
 SG_API Tensor silu_mul(const Tensor& a, const Tensor& b);
+// Residual add and rms_norm in one kernel: x and r of one floating dtype and
+// the same shape [..., N] (no broadcasting), weight [N]. Returns [2, ...]:
+// [0] = x + r (rounded to the dtype), [1] = rms_norm([0], weight, eps) computed
+// from the stored sum, so both equal add() then rms_norm() bitwise.
+SG_API Tensor add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps);
 // A tree of elementwise operators over 1 to 5 same-dtype floating inputs
 // (broadcast), as a postfix program of at most 18 instructions (opcode*8+arg each) and up to 5
 // constants (Note [Fused elementwise programs] in src/kernels/fused_program.h).

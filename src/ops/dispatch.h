@@ -53,6 +53,8 @@ void check_same_dtype(const TensorMeta& a, const TensorMeta& b, const char* op, 
                       const char* arg_b);
 void check_rank(const TensorMeta& t, int rank, const char* op, const char* arg);
 void check_dim(const SymInt& got, const SymInt& expected, const char* op, const char* what);
+// A norm's weight (or bias) `arg`: x's dtype, 1-D, of x's last dimension.
+void check_norm_weight(const TensorMeta& x, const TensorMeta& w, const char* op, const char* arg);
 
 // Registration of each operator family (called once by the registry).
 void register_elementwise_ops(OpRegistry& registry);

@@ -2,6 +2,8 @@
 // src/passes/fuse_elementwise.cpp). Model code may call them too.
 //
 //   silu_mul(a, b)                      = mul(silu(a), b), one kernel
+//   add_rms_norm(x, r, weight, eps)     = [add(x, r), rms_norm(add(x, r), weight, eps)]
+//                                       stacked along a new dim 0, one kernel
 //   fused_elementwise([x...], code0..2, c0..c4)
 //                                       a tree of elementwise operators, one
 //                                       kernel (Note [Fused elementwise programs])
@@ -15,6 +17,7 @@ namespace detail {
 
 inline constexpr char kSiluMul[] = "silu_mul";
 inline constexpr char kFusedElementwise[] = "fused_elementwise";
+inline constexpr char kAddRmsNorm[] = "add_rms_norm";
 
 namespace {
 
@@ -27,6 +30,26 @@ TensorMeta silu_mul_shape(const ShapeArgs& args) {
   check_floating(a, kSiluMul, "a");
   check_same_dtype(a, b, kSiluMul, "a", "b");
   return {a.dtype, broadcast_shapes(a.shape, b.shape, kSiluMul), a.device};
+}
+
+// [2, *x.shape]: the sum x + r at index 0 of dim 0, its rms_norm at index 1.
+// No broadcasting: the sum is a tensor of its own that later readers see.
+TensorMeta add_rms_norm_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  const TensorMeta& r = args.tensors[1];
+  check_floating(x, kAddRmsNorm, "x");
+  check_same_dtype(x, r, kAddRmsNorm, "x", "r");
+  SG_CHECK(x.shape == r.shape, kAddRmsNorm, ": arguments 'x' (", dtype_name(x.dtype),
+           shape_str(x.shape), ") and 'r' (", dtype_name(r.dtype), shape_str(r.shape),
+           ") must have the same shape (no broadcasting)");
+  SG_CHECK(!x.shape.empty() && x.shape.size() < kMaxDims, kAddRmsNorm, ": argument 'x' has shape ",
+           shape_str(x.shape), "; expected 1 to ", kMaxDims - 1,
+           " dimensions (the result adds a leading dimension of 2)");
+  check_norm_weight(x, args.tensors[2], kAddRmsNorm, "weight");
+  SG_CHECK(args.real(0) >= 0.0, kAddRmsNorm, ": eps must be >= 0, got ", args.real(0));
+  SymShape out = x.shape;
+  out.insert(0, SymInt(2));
+  return {x.dtype, out, x.device};
 }
 
 std::vector<std::int64_t> program_of(const ShapeArgs& args) {
@@ -63,6 +86,8 @@ TensorMeta fused_elementwise_shape(const ShapeArgs& args) {
 
 void register_fused_ops(OpRegistry& r) {
   r.add(make_op(kSiluMul, {{"a"}, {"b"}}, silu_mul_shape, k::silu_mul));
+  r.add(make_op(kAddRmsNorm, {{"x"}, {"r"}, {"weight"}, {"eps", ArgKind::real}}, add_rms_norm_shape,
+                k::add_rms_norm));
   std::vector<ArgSpec> args = {{"inputs", ArgKind::tensor_list}};
   for (int c = 0; c < fp::kCodeSlots; ++c) {
     args.push_back({"code" + std::to_string(c), ArgKind::integer});
@@ -80,6 +105,10 @@ using detail::op_def;
 
 Tensor silu_mul(const Tensor& a, const Tensor& b) {
   return call(op_def<detail::kSiluMul>(), {&a, &b});
+}
+
+Tensor add_rms_norm(const Tensor& x, const Tensor& r, const Tensor& weight, double eps) {
+  return call(op_def<detail::kAddRmsNorm>(), {&x, &r, &weight}, {eps});
 }
 
 Tensor fused_elementwise(const std::vector<Tensor>& inputs, const std::vector<std::int64_t>& code,

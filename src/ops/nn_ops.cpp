@@ -71,12 +71,6 @@ TensorMeta softmax_shape(const ShapeArgs& args) {
   return args.tensors[0];
 }
 
-void check_norm_weight(const TensorMeta& x, const TensorMeta& w, const char* op, const char* arg) {
-  check_same_dtype(x, w, op, "x", arg);
-  SG_CHECK(w.shape.size() == 1 && !x.shape.empty() && w.shape[0] == x.shape.back(), op, ": ", arg,
-           shape_str(w.shape), " must be 1-D with x's last dimension (x", shape_str(x.shape), ")");
-}
-
 TensorMeta rms_norm_shape(const ShapeArgs& args) {
   check_floating(args.tensors[0], kRmsNorm, "x");
   check_norm_weight(args.tensors[0], args.tensors[1], kRmsNorm, "weight");

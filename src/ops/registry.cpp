@@ -268,5 +268,11 @@ void check_dim(const SymInt& got, const SymInt& expected, const char* op, const 
   SG_CHECK(got == expected, op, ": ", what, " is ", got.str(), "; expected ", expected.str());
 }
 
+void check_norm_weight(const TensorMeta& x, const TensorMeta& w, const char* op, const char* arg) {
+  check_same_dtype(x, w, op, "x", arg);
+  SG_CHECK(w.shape.size() == 1 && !x.shape.empty() && w.shape[0] == x.shape.back(), op, ": ", arg,
+           shape_str(w.shape), " must be 1-D with x's last dimension (x", shape_str(x.shape), ")");
+}
+
 }  // namespace detail
 }  // namespace sinkgraph

@@ -13,13 +13,37 @@
 //     (1), q and k are such ranges of the merged qkv output.
 // (3) mul(silu(a), b), where nothing else reads silu(a), becomes
 //     silu_mul(a, b) (either operand order: a product commutes exactly).
+// (4) Residual add and rms_norm. s = add(x, r) (same shapes and floating
+//     dtype, no broadcast) and the first n = rms_norm(s, w, eps) become
+//     f = add_rms_norm(x, r, w, eps), standing where the add stood, with
+//     s = view(slice(f, 0, 0, 1), shape) and n = view(slice(f, 0, 1, 2),
+//     shape) (the add's view is dropped when the rms_norm was its only
+//     reader). Bitwise exact: the kernel stores the sum as add does and
+//     normalizes the stored row with rms_norm's own row code. Skipped when s
+//     or n is a graph output, when s, n or w's storage is written in place
+//     anywhere, when w is not yet computed where the add stands, and where a
+//     placement hint (reuse, a placed cat) already fixed s's or n's memory.
+//
+// Note [Two results in one tensor]
+// The op model gives an operator ONE result, and (4) needs two: the sum,
+// which the next residual add reads again, and its norm. Writing the sum into
+// a mutated operand would hide a data edge from every pass (docs/ir.md, "In-
+// place operators"); instead the operator returns both stacked in one
+// [2, ...] tensor, like an Inductor multi-output buffer, and each old result
+// becomes a view of its half. Slices of dim 0 of a contiguous tensor are
+// contiguous, so both results keep their dtypes, shapes AND contiguity:
+// `view` and every kernel accept them, and they may be graph-visible values
+// like any other. The halves share one storage root, so the in-place and
+// memory-planning passes treat them as one buffer that lives until the last
+// reader of either half (inplace_pass never writes over a view).
 //
 // Soundness. Results keep their names, dtypes and shapes; only layouts
 // change: a result that was a fresh tensor becomes a strided slice of a
 // larger one (Note [Views as results]). A rewrite that computes a node
 // earlier (a merged linear or rope stands where the first of its group
-// stood) or later (silu_mul reads `a` where the mul stood) is skipped when
-// the storage it reads is written in place anywhere in the graph.
+// stood; add_rms_norm normalizes where the add stood) or later (silu_mul
+// reads `a` where the mul stood) is skipped when the storage it reads is
+// written in place anywhere in the graph.
 //
 // Note [Merged weights are copies]
 // w_cat is a NEW param input ("fused_w0", ...) whose data this pass stores in
@@ -301,6 +325,83 @@ void fuse_silu_mul(ir::Graph& graph) {
   }
 }
 
+// ---- (4) rms_norm(add(x, r)) -> add_rms_norm(x, r) -------------------------
+
+// The first rms_norm in program order that normalizes `s` (reads it as x).
+ir::Node* first_norm_of(const ir::Graph& graph, const Users& users, const ir::Value* s) {
+  const auto it = users.find(s);
+  if (it == users.end()) return nullptr;
+  ir::Node* norm = nullptr;
+  for (ir::Node* u : it->second) {
+    if (u->op_name() != "rms_norm" || u->operands[0] != s) continue;
+    if (norm == nullptr || before(graph, u, norm)) norm = u;
+  }
+  return norm;
+}
+
+// slice(f, 0, half, half + 1), inserted before `at`: half `half` of the
+// [2, ...] result, contiguous (a slice of dim 0 of a contiguous tensor), so a
+// `view` gives it back the old shape.
+ir::Value* half_of(ir::Graph& graph, ir::Value* f, std::int64_t half, ir::Node* at) {
+  return graph.add_node(op_named("slice"), {f}, slice_attrs(0, half, half + 1), "", at)->result();
+}
+
+// Does a node carrying a placement hint (Note [Placement hints] in ir.h) read
+// `v`? Such values are laid out for that node; leave them alone.
+bool read_by_placed(const Users& users, const ir::Value* v) {
+  const auto it = users.find(v);
+  if (it == users.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(),
+                     [](const ir::Node* u) { return u->placed; });
+}
+
+bool fuse_one_add_rms_norm(ir::Graph& graph) {
+  const auto mutated = detail::mutated_roots(graph);
+  const Users users = users_of(graph);
+  std::vector<ir::Node*> adds;
+  for (const auto& node : graph.nodes()) {
+    if (node->op_name() == "add") adds.push_back(node.get());
+  }
+  for (ir::Node* add : adds) {
+    ir::Value* s = add->result();
+    ir::Value* x = add->operands[0];
+    ir::Value* r = add->operands[1];
+    const int rank = s->meta.shape.size();
+    if (!is_floating(s->meta.dtype) || x->meta.dtype != r->meta.dtype) continue;
+    if (!(x->meta.shape == r->meta.shape) || rank < 1 || rank >= kMaxDims) continue;
+    if (add->reuse >= 0 || is_output(graph, s) || mutated.contains(detail::alias_root(s)) ||
+        read_by_placed(users, s)) {
+      continue;
+    }
+    ir::Node* norm = first_norm_of(graph, users, s);
+    if (norm == nullptr) continue;
+    ir::Value* n = norm->result();
+    ir::Value* w = norm->operands[1];
+    if (norm->reuse >= 0 || is_output(graph, n) || mutated.contains(detail::alias_root(n)) ||
+        mutated.contains(detail::alias_root(w)) || read_by_placed(users, n)) {
+      continue;
+    }
+    // The fused node stands where the add stood: the weight must exist there.
+    if (w->producer != nullptr && (w->producer == add || !before(graph, w->producer, add))) {
+      continue;
+    }
+    const std::vector<SymInt> shape(s->meta.shape.begin(), s->meta.shape.end());
+    const bool sum_read = graph.num_uses(s) > 1;  // by more than the rms_norm
+    ir::Value* f =
+        graph.add_node(op_named("add_rms_norm"), {x, r, w}, norm->attrs, "", add)->result();
+    ir::Value* sum = sum_read ? half_of(graph, f, 0, add) : nullptr;
+    detail::replace_node(graph, norm, op_named("view"), {half_of(graph, f, 1, norm)},
+                         {{"shape", shape}});
+    if (sum_read) {
+      detail::replace_node(graph, add, op_named("view"), {sum}, {{"shape", shape}});
+    } else {
+      graph.erase(add);
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void pattern_fusion(ir::Graph& graph, PassContext& ctx) {
@@ -308,6 +409,8 @@ void pattern_fusion(ir::Graph& graph, PassContext& ctx) {
   while (merge_one_rope_pair(graph)) {
   }
   fuse_silu_mul(graph);
+  while (fuse_one_add_rms_norm(graph)) {
+  }
 }
 
 }  // namespace sinkgraph::passes

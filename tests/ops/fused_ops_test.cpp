@@ -1,12 +1,16 @@
-// silu_mul and fused_elementwise against naive references: plain loops in
-// double over the values the tensors hold, sharing no code with the kernels.
+// silu_mul, add_rms_norm and fused_elementwise against naive references:
+// plain loops in double over the values the tensors hold, sharing no code
+// with the kernels; add_rms_norm also bitwise against add then rms_norm.
+#include <bit>
 #include <cmath>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "ops/reference.h"
+#include "sinkgraph/op_registry.h"
 #include "sinkgraph/ops.h"
+#include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
 
 namespace {
@@ -89,6 +93,117 @@ TEST(ops_fused, silu_mul_errors_name_the_operator_and_shapes) {
     (void)ops::silu_mul(ops::full({2}, 1.0, DType::i64), ops::full({2}, 1.0, DType::i64));
   });
   EXPECT_TRUE(sgtest::contains_all(in, {"silu_mul", "i64", "expected f32, f16 or bf16"}));
+}
+
+// Every bit of `got` equals `want` (f16/bf16 values convert to f32 exactly).
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype() || !(got.shape() == want.shape())) {
+    return ::testing::AssertionFailure() << got.str() << " vs " << want.str();
+  }
+  const auto g = got.to_floats();
+  const auto w = want.to_floats();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::bit_cast<std::uint32_t>(g[i]) != std::bit_cast<std::uint32_t>(w[i])) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << w[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Half `i` of add_rms_norm's [2, ...] result, in the operands' shape.
+Tensor half(const Tensor& out, std::int64_t i) {
+  return ops::view(ops::slice(out, 0, i, i + 1),
+                   sgtest::to_sym(sgtest::Dims(out.shape().begin() + 1, out.shape().end())));
+}
+
+// Last dims below, at and past the 8-lane blocks of the vectorized row code
+// (7, 8, 33, 288), one row or many, and a prompt-like [5, 64].
+const sgtest::Dims kNormShapes[] = {{7}, {3, 8}, {4, 33}, {2, 3, 288}, {1, 288}, {5, 64}};
+
+TEST(ops_fused, add_rms_norm_matches_the_reference_and_add_then_rms_norm_bitwise) {
+  std::mt19937 rng(31);
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (const auto& shape : kNormShapes) {
+      SCOPED_TRACE(std::string(sinkgraph::dtype_name(dtype)) + sgtest::str(shape));
+      const auto n = ref::numel(shape);
+      const Dims wshape = {shape.back()};
+      std::vector<float> vx, vr, vw;
+      const Tensor x = make(sgtest::random_floats(rng, n, -3, 3), shape, dtype, &vx);
+      const Tensor r = make(sgtest::random_floats(rng, n, -3, 3), shape, dtype, &vr);
+      const Tensor w =
+          make(sgtest::random_floats(rng, shape.back(), 0.5F, 1.5F), wshape, dtype, &vw);
+      const Tensor out = ops::add_rms_norm(x, r, w, 1e-5);
+      Dims want_shape = {2};
+      want_shape.insert(want_shape.end(), shape.begin(), shape.end());
+      ASSERT_EQ(sgtest::dims_of(out), want_shape);
+      ASSERT_EQ(out.dtype(), dtype);
+      // Bitwise what the two operators store.
+      const Tensor sum = ops::add(x, r);
+      EXPECT_TRUE(same_bits(half(out, 0), sum));
+      EXPECT_TRUE(same_bits(half(out, 1), ops::rms_norm(sum, w, 1e-5)));
+      // And close to the reference in double.
+      std::vector<float> want_sum(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < want_sum.size(); ++i) {
+        want_sum[i] = static_cast<float>(double(vx[i]) + double(vr[i]));
+      }
+      const double rtol = dtype == DType::f32 ? kRtol : half_rtol(dtype);
+      const double atol = dtype == DType::f32 ? kAtol : 1e-2;
+      EXPECT_TRUE(all_close(half(out, 0).to_floats(), want_sum, rtol, atol));
+      EXPECT_TRUE(
+          all_close(half(out, 1).to_floats(), ref::rms_norm(want_sum, vw, 1e-5), rtol, atol));
+    }
+  }
+}
+
+TEST(ops_fused, add_rms_norm_reads_strided_operands_and_weight) {
+  std::mt19937 rng(32);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor x = ops::transpose(make(sgtest::random_floats(rng, 33 * 4), {33, 4}, dtype), 0, 1);
+    const Tensor r =
+        ops::slice(make(sgtest::random_floats(rng, 8 * 33), {8, 33}, dtype), 0, 0, 8, 2);
+    // Every other element: rms_norm's vectorized path needs a unit-stride weight.
+    const Tensor w =
+        ops::slice(make(sgtest::random_floats(rng, 66, 0.5F, 1.5F), {66}, dtype), 0, 0, 66, 2);
+    const Tensor out = ops::add_rms_norm(x, r, w, 1e-6);
+    const Tensor sum = ops::add(x, r);
+    EXPECT_TRUE(same_bits(half(out, 0), sum));
+    EXPECT_TRUE(same_bits(half(out, 1), ops::rms_norm(sum, w, 1e-6)));
+    const Tensor wc = ops::contiguous(w);
+    EXPECT_TRUE(
+        same_bits(half(ops::add_rms_norm(x, r, wc, 1e-6), 1), ops::rms_norm(sum, wc, 1e-6)));
+  }
+}
+
+TEST(ops_fused, add_rms_norm_errors_name_the_operator_and_shapes) {
+  const Tensor x = ops::full({2, 3}, 1.0);
+  const Tensor w = ops::full({3}, 1.0);
+  const Tensor r43 = ops::full({4, 3}, 1.0);
+  const Tensor h = ops::full({2, 3}, 1.0, DType::f16);
+  const Tensor i = ops::full({2, 3}, 1.0, DType::i64);
+  const Tensor wi = ops::full({3}, 1.0, DType::i64);
+  const Tensor w4 = ops::full({4}, 1.0);
+  const Tensor deep = ops::full({1, 1, 1, 1, 1, 3}, 1.0);
+  // Host-side validation: no kernel runs.
+  sinkgraph::current_stream().synchronize();
+  const auto launches = sinkgraph::dispatch_counters().launches;
+  const auto err = [](auto fn) { return sgtest::error_of(fn); };
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(x, r43, w, 1e-5); }),
+                                   {"add_rms_norm", "'x'", "'r'", "[2,3]", "[4,3]", "same shape"}));
+  // No broadcasting: r of [3] is refused too.
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(x, w, w, 1e-5); }),
+                                   {"add_rms_norm", "[2,3]", "[3]", "no broadcasting"}));
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(x, h, w, 1e-5); }),
+                                   {"add_rms_norm", "'x'", "'r'", "f16", "same dtype"}));
+  EXPECT_TRUE(
+      sgtest::contains_all(err([&] { (void)ops::add_rms_norm(i, i, wi, 1e-5); }),
+                           {"add_rms_norm", "'x'", "i64", "[2,3]", "expected f32, f16 or bf16"}));
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(x, x, w4, 1e-5); }),
+                                   {"add_rms_norm", "weight", "[4]", "[2,3]", "last dimension"}));
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(x, x, w, -1.0); }),
+                                   {"add_rms_norm", "eps"}));
+  EXPECT_TRUE(sgtest::contains_all(err([&] { (void)ops::add_rms_norm(deep, deep, w, 1e-5); }),
+                                   {"add_rms_norm", "[1,1,1,1,1,3]", "1 to 5 dimensions"}));
+  EXPECT_EQ(sinkgraph::dispatch_counters().launches, launches) << "a kernel was launched";
 }
 
 // The reference interpreter of Note [Fused elementwise programs], in double.

@@ -3,6 +3,7 @@
 // arithmetic), and the fusions must happen where they are sound only.
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "passes/pass_test_util.h"
@@ -58,6 +59,7 @@ TEST(passes_fusion, pattern_fusion_merges_projections_of_frozen_params_and_agree
   EXPECT_EQ(count_op(*after, "linear"), 4U);  // qkv, wo, w1|w3, w2
   EXPECT_EQ(count_op(*after, "rope"), 1U);
   EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
+  EXPECT_EQ(count_op(*after, "add_rms_norm"), 1U);  // x1 and h2; x2 is the output
   ASSERT_TRUE(ctx.param_data.contains("fused_w0"));
   // The merged weight is the row-concatenation of wq, wk, wv.
   const auto cat = ctx.param_data.at("fused_w0").to_floats();
@@ -71,13 +73,14 @@ TEST(passes_fusion, pattern_fusion_merges_projections_of_frozen_params_and_agree
   EXPECT_TRUE(close_results(*g, *after, named, ctx, 1e-5));
 }
 
-TEST(passes_fusion, without_frozen_params_only_rope_and_silu_mul_fuse_bitwise) {
+TEST(passes_fusion, without_frozen_params_only_rope_silu_mul_and_add_rms_norm_fuse_bitwise) {
   const auto g = golden_input("pattern_fusion.ir");
   const NamedInputs named = random_inputs(*g, 4);
   passes::PassContext ctx = context_for(*g, named, /*frozen=*/false);
   const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
   EXPECT_EQ(count_op(*after, "linear"), 7U);
   EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
+  EXPECT_EQ(count_op(*after, "add_rms_norm"), 1U);
   EXPECT_EQ(ctx.param_data.size(), g->inputs().size() - 2);  // no new param (x and pos are not)
   EXPECT_TRUE(same_results(*g, *after, named, Compare::bitwise, &ctx));
 }
@@ -129,6 +132,51 @@ TEST(passes_fusion, silu_with_another_reader_is_not_fused) {
   const auto after = run_pass(g, "pattern_fusion_pass", ctx);
   EXPECT_EQ(count_op(*after, "silu_mul"), 1U);
   EXPECT_TRUE(same_results(g, *after, random_inputs(g, 6), Compare::bitwise));
+}
+
+TEST(passes_fusion, add_rms_norm_golden_graph_fuses_where_sound_and_agrees_bitwise) {
+  const auto g = golden_input("add_rms_norm.ir");
+  passes::PassContext ctx;
+  const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
+  EXPECT_EQ(count_op(*after, "add_rms_norm"), 3U);  // %s1, %s2, %hs (the file says why)
+  EXPECT_EQ(count_op(*after, "rms_norm"), 6U);
+  for (std::uint32_t seed = 8; seed < 12; ++seed) {
+    EXPECT_TRUE(same_results(*g, *after, random_inputs(*g, seed), Compare::bitwise));
+  }
+}
+
+// s = add(x, r); n = rms_norm(s, w); out = mul(s, n): both halves are read.
+// In every floating dtype and at last dims around the 8-lane blocks, the
+// fused graph is bitwise the unfused one; then the in-place pass runs on the
+// result too (nothing may write over a half that is read later).
+TEST(passes_fusion, add_rms_norm_agrees_bitwise_across_dtypes_and_shapes) {
+  const std::vector<std::vector<SymInt>> shapes = {{7},      {2, 8},  {3, 33},
+                                                   {1, 288}, {5, 64}, {SymInt::symbol("s0"), 33}};
+  std::uint32_t seed = 100;
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (const auto& shape : shapes) {
+      for (const bool sum_read : {true, false}) {
+        ir::Graph g;
+        const SymShape sym{std::span<const SymInt>(shape)};
+        ir::Value* x = g.add_input("x", meta(sym, dtype), ir::InputKind::input);
+        ir::Value* r = g.add_input("r", meta(sym, dtype), ir::InputKind::input);
+        ir::Value* w = g.add_input("w", meta({shape.back()}, dtype), ir::InputKind::param);
+        ir::Value* s = add(g, "add", {x, r}, {}, "s");
+        ir::Value* n = add(g, "rms_norm", {s, w}, {{"eps", 1e-5}}, "n");
+        g.outputs = {sum_read ? add(g, "mul", {s, n}, {}, "out") : add(g, "neg", {n}, {}, "out")};
+        passes::PassContext ctx;
+        const auto after = run_pass(g, "pattern_fusion_pass", ctx);
+        const std::string trace = ir::print(g) + ir::print(*after);
+        EXPECT_EQ(count_op(*after, "add_rms_norm"), 1U) << trace;
+        EXPECT_EQ(count_op(*after, "add"), 0U) << trace;
+        EXPECT_EQ(count_op(*after, "slice"), sum_read ? 2U : 1U) << trace;
+        EXPECT_TRUE(same_results(g, *after, random_inputs(g, ++seed), Compare::bitwise)) << trace;
+        const auto in_place = run_pass(*after, "inplace_pass", ctx);
+        EXPECT_TRUE(same_results(g, *in_place, random_inputs(g, ++seed), Compare::bitwise))
+            << ir::print(*in_place);
+      }
+    }
+  }
 }
 
 TEST(passes_fusion, fuse_elementwise_golden_graph_agrees_bitwise) {

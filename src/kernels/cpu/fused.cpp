@@ -1,16 +1,17 @@
-// Fused kernels made by the max-autotune fusion passes: silu_mul and the
-// fused_elementwise interpreter (Note [Fused elementwise programs]).
+// Fused kernels made by the max-autotune fusion passes: silu_mul, add_rms_norm
+// and the fused_elementwise interpreter (Note [Fused elementwise programs]).
 //
 // Each computes exactly what the chain of separate kernels it replaces
-// computes: the same f32 formulas as elementwise.cpp (kept in step by the
-// bitwise tests in tests/passes/fusion_test.cpp), and for f16/bf16 a
-// rounding to the storage type after every step, where the separate kernels
-// stored an intermediate.
+// computes: the same f32 formulas as elementwise.cpp and rows.cpp (kept in
+// step by the bitwise tests in tests/passes/fusion_test.cpp and
+// tests/ops/fused_ops_test.cpp), and for f16/bf16 a rounding to the storage
+// type after every step, where the separate kernels stored an intermediate.
 #include <cmath>
 
 #include "../fused_program.h"
 #include "common.h"
 #include "kernels.h"
+#include "rows.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -193,6 +194,68 @@ void silu_mul(const ArgBlock& args, KernelContext& ctx) {
                           store(po + off[2] + i * st[2], s * load(pb + off[1] + i * st[1]));
                         }
                       });
+  });
+}
+
+// out[0] = x + r as the add kernel computes and stores it; out[1] = rms_norm
+// of the STORED row out[0], by rms_norm's own row code (rows.cpp: the shared
+// rms_norm_row_f32 for f32 unit-stride rows, else the same loop), so both
+// halves are bitwise what add then rms_norm store. Element i of x and r is
+// read only to write element i of out[0].
+void add_rms_norm(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& r = args.tensors[1];
+  const TensorArg& w = args.tensors[2];
+  const TensorArg& o = args.tensors[3];  // [2, *x.sizes]
+  const auto eps = static_cast<float>(args.scalars[0].f);
+  const int nd = x.ndim;  // >= 1 (shape function)
+  const std::int64_t n = x.sizes[nd - 1];
+  const std::int64_t xs = x.strides[nd - 1];
+  const std::int64_t rs = r.strides[nd - 1];
+  const std::int64_t ws = w.strides[0];
+  const std::int64_t os = o.strides[nd];  // the last stride of both halves
+  // One visit per row: the outer dims of x, r and of each half of out.
+  std::int64_t sizes[kMaxDims] = {};
+  std::int64_t strides[4][kMaxDims] = {};
+  for (int i = 0; i < nd - 1; ++i) {
+    sizes[i] = x.sizes[i];
+    strides[0][i] = x.strides[i];
+    strides[1][i] = r.strides[i];
+    strides[2][i] = o.strides[i + 1];
+    strides[3][i] = o.strides[i + 1];
+  }
+  sizes[nd - 1] = 1;
+  const std::int64_t base[4] = {x.offset, r.offset, o.offset, o.offset + o.strides[0]};
+  // rms_norm's condition for its vectorized path, on the rows it would see.
+  const bool unit_f32 = x.dtype == DType::f32 && ws == 1 && os == 1;
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    const T* pr = static_cast<const T*>(r.data);
+    const T* pw = static_cast<const T*>(w.data) + w.offset;
+    T* po = static_cast<T*>(o.data);
+    for_each_row<4>(
+        nd, sizes, strides, base, [&](const std::int64_t* off, std::int64_t, const std::int64_t*) {
+          T* sum = po + off[2];
+          T* norm = po + off[3];
+          for (std::int64_t i = 0; i < n; ++i) {
+            store(sum + i * os, load(px + off[0] + i * xs) + load(pr + off[1] + i * rs));
+          }
+          if constexpr (std::is_same_v<T, float>) {
+            if (unit_f32) {
+              rms_norm_row_f32(sum, pw, norm, n, eps);
+              return;
+            }
+          }
+          float ss = 0.0F;
+          for (std::int64_t i = 0; i < n; ++i) {
+            const float v = load(sum + i * os);
+            ss += v * v;
+          }
+          const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
+          for (std::int64_t i = 0; i < n; ++i) {
+            store(norm + i * os, load(pw + i * ws) * (scale * load(sum + i * os)));
+          }
+        });
   });
 }
 

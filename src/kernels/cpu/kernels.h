@@ -48,8 +48,10 @@ void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
 
 // Fused (max-autotune): silu_mul (a, b, out); fused_elementwise (inputs..., out)
-// with its program in the scalar slots (Note [Fused elementwise programs]).
+// with its program in the scalar slots (Note [Fused elementwise programs]);
+// add_rms_norm (x, r, w, out[2, ...]); (eps: f).
 void silu_mul(const ArgBlock& args, KernelContext& ctx);
+void add_rms_norm(const ArgBlock& args, KernelContext& ctx);
 void fused_elementwise(const ArgBlock& args, KernelContext& ctx);
 
 }  // namespace sinkgraph::kernels::cpu
