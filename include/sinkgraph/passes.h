@@ -51,8 +51,9 @@ class SG_API PassManager {
 // in-place results and placement hints share their root's memory), gives each
 // group of fresh memory a live range from the node that creates it to the last
 // use of any value in the group (graph outputs: to the end), and assigns byte
-// offsets in ONE arena: largest first, each into the best-fitting gap among
-// the groups whose ranges overlap its own (greedy by size, best fit). Two
+// offsets in ONE arena: in a given order, each into the best-fitting gap among
+// the groups whose ranges overlap its own (best fit), keeping the smallest
+// arena over several greedy orders and seeded random ones (memory_planning.cpp). Two
 // groups share bytes only when their ranges are disjoint; a node's output
 // never overlaps an input that dies at that node (ranges include both ends).
 // lower_bound_bytes is the liveness bound: the most bytes live at any node, a
