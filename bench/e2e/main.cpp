@@ -36,6 +36,7 @@
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/llama.h"
+#include "sinkgraph/stream.h"
 
 namespace {
 
@@ -182,21 +183,26 @@ bool run_torch(const std::string& script, const std::string& model_path, std::in
 }
 
 // The memory-bound floor of one decode step: the same matrix-vector products
-// the step does, run back to back by OpenBLAS alone (median of `reps`).
+// the step does, run back to back by OpenBLAS alone (median of `reps`), on
+// the model's own weight tensors: the same bytes in the same memory (2 MiB
+// pages, Note [Huge pages for large blocks]), so the floor is not slowed by
+// a different page size than the step it bounds.
 double sgemv_floor_us(const sg::models::LlamaModel& model, int reps) {
   struct Mat {
-    std::vector<float> w;
+    sg::Tensor t;  // contiguous f32 [rows, cols]
     int rows, cols;
   };
   std::vector<Mat> mats;
   const auto add = [&](const sg::Tensor& t) {
-    mats.push_back({t.contiguous().to_floats(), static_cast<int>(t.shape()[0]),
-                    static_cast<int>(t.shape()[1])});
+    SG_CHECK(t.dtype() == sg::DType::f32, "bench_e2e: the floor expects f32 weights");
+    mats.push_back(
+        {t.contiguous(), static_cast<int>(t.shape()[0]), static_cast<int>(t.shape()[1])});
   };
   for (const auto& l : model.weights().layers) {
     for (const sg::Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) add(*t);
   }
   add(model.weights().output);
+  sg::current_stream().synchronize();
   int widest = 0;
   for (const Mat& m : mats) widest = std::max({widest, m.rows, m.cols});
   std::vector<float> x(static_cast<std::size_t>(widest), 0.5F), y(x.size());
@@ -204,8 +210,9 @@ double sgemv_floor_us(const sg::models::LlamaModel& model, int reps) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     for (const Mat& m : mats) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, m.rows, m.cols, 1.0F, m.w.data(), m.cols, x.data(),
-                  1, 0.0F, y.data(), 1);
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, m.rows, m.cols, 1.0F,
+                  static_cast<const float*>(m.t.data_ptr()), m.cols, x.data(), 1, 0.0F, y.data(),
+                  1);
     }
     times.push_back(1e6 * seconds_since(t0));
   }

@@ -111,6 +111,18 @@ TEST_P(RuntimeAllocator, AllocationsAreDistinctAndSized) {
   EXPECT_EQ(allocator().stats().num_frees, before.num_frees + 1);
 }
 
+TEST(RuntimeAllocatorCpu, LargeBlocksStartOnHugePageBoundaries) {
+  // Note [Huge pages for large blocks]: 2 MiB and more is 2 MiB-aligned (and
+  // advised as THP); smaller blocks keep 64-byte alignment.
+  sinkgraph::Device& cpu = sinkgraph::get_device(sinkgraph::DeviceType::cpu);
+  auto s = cpu.create_stream();
+  cpu.allocator().empty_cache();  // a fresh block, not one cached by another test
+  DataPtr big = cpu.allocator().allocate(std::size_t{5} << 20, *s);
+  DataPtr small = cpu.allocator().allocate(1000, *s);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.get()) % (std::uintptr_t{2} << 20), 0U);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small.get()) % 64, 0U);
+}
+
 TEST_P(RuntimeAllocator, FreedBlockIsReusedByItsStreamAtOnceAndByOthersOnlyAfterCompletion) {
   auto s = make_stream();
   auto t = make_stream();
