@@ -198,8 +198,7 @@ void silu_mul(const ArgBlock& args, KernelContext& ctx) {
 }
 
 // out[0] = x + r as the add kernel computes and stores it; out[1] = rms_norm
-// of the STORED row out[0], by rms_norm's own row code (rows.cpp: the shared
-// rms_norm_row_f32 for f32 unit-stride rows, else the same loop), so both
+// of the STORED row out[0], by rms_norm's own row function (rows.h), so both
 // halves are bitwise what add then rms_norm store. Element i of x and r is
 // read only to write element i of out[0].
 void add_rms_norm(const ArgBlock& args, KernelContext&) {
@@ -226,8 +225,6 @@ void add_rms_norm(const ArgBlock& args, KernelContext&) {
   }
   sizes[nd - 1] = 1;
   const std::int64_t base[4] = {x.offset, r.offset, o.offset, o.offset + o.strides[0]};
-  // rms_norm's condition for its vectorized path, on the rows it would see.
-  const bool unit_f32 = x.dtype == DType::f32 && ws == 1 && os == 1;
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     const T* pr = static_cast<const T*>(r.data);
@@ -236,25 +233,10 @@ void add_rms_norm(const ArgBlock& args, KernelContext&) {
     for_each_row<4>(
         nd, sizes, strides, base, [&](const std::int64_t* off, std::int64_t, const std::int64_t*) {
           T* sum = po + off[2];
-          T* norm = po + off[3];
           for (std::int64_t i = 0; i < n; ++i) {
             store(sum + i * os, load(px + off[0] + i * xs) + load(pr + off[1] + i * rs));
           }
-          if constexpr (std::is_same_v<T, float>) {
-            if (unit_f32) {
-              rms_norm_row_f32(sum, pw, norm, n, eps);
-              return;
-            }
-          }
-          float ss = 0.0F;
-          for (std::int64_t i = 0; i < n; ++i) {
-            const float v = load(sum + i * os);
-            ss += v * v;
-          }
-          const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
-          for (std::int64_t i = 0; i < n; ++i) {
-            store(norm + i * os, load(pw + i * ws) * (scale * load(sum + i * os)));
-          }
+          rms_norm_row(static_cast<const T*>(sum), os, pw, ws, po + off[3], os, n, eps);
         });
   });
 }

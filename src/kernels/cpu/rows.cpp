@@ -15,6 +15,17 @@ inline std::int64_t last_stride(const TensorArg& t) {
   return t.ndim > 0 ? t.strides[t.ndim - 1] : 1;
 }
 inline std::int64_t last_size(const TensorArg& t) { return t.ndim > 0 ? t.sizes[t.ndim - 1] : 1; }
+// An output of rank x.ndim - 1 (one value per row of x), given a trailing
+// size-1 dim so for_each_last_dim_row can walk it beside x.
+inline TensorArg one_per_row(const TensorArg& o, const TensorArg& x) {
+  TensorArg orow = o;
+  orow.ndim = x.ndim;
+  if (x.ndim > 0) {
+    orow.sizes[x.ndim - 1] = 1;
+    orow.strides[x.ndim - 1] = 1;
+  }
+  return orow;
+}
 // Rows of f32 with unit stride: the vectorized row functions (rows.h) apply.
 inline bool unit_f32_rows(const TensorArg& t) {
   return t.dtype == DType::f32 && last_stride(t) == 1;
@@ -65,29 +76,12 @@ void rms_norm(const ArgBlock& args, KernelContext&) {
   const std::int64_t xs = last_stride(x);
   const std::int64_t ws = last_stride(w);
   const std::int64_t os = last_stride(o);
-  if (unit_f32_rows(x) && unit_f32_rows(w) && unit_f32_rows(o)) {
-    const auto* px = static_cast<const float*>(x.data);
-    const float* pw = static_cast<const float*>(w.data) + w.offset;
-    auto* po = static_cast<float*>(o.data);
-    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
-      rms_norm_row_f32(px + xo, pw, po + oo, n, eps);
-    });
-    return;
-  }
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     const T* pw = static_cast<const T*>(w.data) + w.offset;
     T* po = static_cast<T*>(o.data);
     for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
-      float ss = 0.0F;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float v = load(px + xo + i * xs);
-        ss += v * v;
-      }
-      const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
-      for (std::int64_t i = 0; i < n; ++i) {
-        store(po + oo + i * os, load(pw + i * ws) * (scale * load(px + xo + i * xs)));
-      }
+      rms_norm_row(px + xo, xs, pw, ws, po + oo, os, n, eps);
     });
   });
 }
@@ -131,13 +125,7 @@ void argmax(const ArgBlock& args, KernelContext&) {
   const TensorArg& o = args.tensors[1];
   const std::int64_t n = last_size(x);
   const std::int64_t xs = last_stride(x);
-  // Output has rank x.ndim - 1; view it with a trailing size-1 dim for the row walk.
-  TensorArg orow = o;
-  orow.ndim = x.ndim;
-  if (x.ndim > 0) {
-    orow.sizes[x.ndim - 1] = 1;
-    orow.strides[x.ndim - 1] = 1;
-  }
+  const TensorArg orow = one_per_row(o, x);
   dispatch_all(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     auto* po = static_cast<std::int64_t*>(o.data);
@@ -169,10 +157,7 @@ void sample(const ArgBlock& args, KernelContext&) {
   const auto offset = static_cast<std::uint64_t>(args.scalars[2].i);
   const std::int64_t n = last_size(x);
   const std::int64_t xs = last_stride(x);
-  TensorArg orow = o;  // rank x.ndim - 1, walked with a trailing size-1 dim (as argmax)
-  orow.ndim = x.ndim;
-  orow.sizes[x.ndim - 1] = 1;
-  orow.strides[x.ndim - 1] = 1;
+  const TensorArg orow = one_per_row(o, x);
   std::uint64_t row = 0;
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);

@@ -4,7 +4,9 @@
 // fused kernel rounds exactly as the unfused one (Note [Vectorized inner loops]).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "common.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -14,6 +16,29 @@ inline void rms_norm_row_f32(const float* x, const float* w, float* o, std::int6
   const float ss = vec::dot(x, x, n);
   const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
   for (std::int64_t i = 0; i < n; ++i) o[i] = w[i] * (scale * x[i]);
+}
+
+// One row of rms_norm in any floating storage type, strides in elements:
+// f32 unit-stride rows take rms_norm_row_f32, the rest an f32 loop over
+// load/store. The rms_norm kernel and every fused kernel that ends in one
+// call this, so they round alike.
+template <typename T>
+inline void rms_norm_row(const T* x, std::int64_t xs, const T* w, std::int64_t ws, T* o,
+                         std::int64_t os, std::int64_t n, float eps) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (xs == 1 && ws == 1 && os == 1) {
+      rms_norm_row_f32(x, w, o, n, eps);
+      return;
+    }
+  }
+  float ss = 0.0F;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = load(x + i * xs);
+    ss += v * v;
+  }
+  const float scale = 1.0F / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (std::int64_t i = 0; i < n; ++i)
+    store(o + i * os, load(w + i * ws) * (scale * load(x + i * xs)));
 }
 
 // o = softmax(x) over the row, max-subtracted. `o` may alias `x`.
