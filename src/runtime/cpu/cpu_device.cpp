@@ -17,11 +17,11 @@ class CpuDevice final : public Device {
   }
   // Note [Huge pages for large blocks]
   // Blocks of 2 MiB and more (weights, KV caches) are 2 MiB-aligned and
-  // advised as transparent huge pages (Linux's default THP mode is
+  // advised as transparent huge pages (Debian's kernels default THP to
   // "madvise": nothing gets them unasked). A decode step streams every
-  // weight once; with 4 KiB pages that is one TLB miss per 4 KiB read.
-  // PyTorch's CPU allocator does the same for large allocations. The advice
-  // is a hint: where THP is off it changes nothing.
+  // weight once; with 4 KiB pages each page read costs a TLB miss. Recent
+  // PyTorch releases offer the same, opt-in (THP_MEM_ALLOC_ENABLE). The
+  // advice is a hint: where THP is off it changes nothing.
   void* raw_alloc(std::size_t bytes) override {
     constexpr std::size_t kHuge = std::size_t{2} << 20;
     if (bytes >= kHuge) {
