@@ -1,16 +1,22 @@
 // Removes operators that return their input unchanged:
 //   view to the same shape; transpose of a dimension with itself; permute by
 //   the identity; slice of a whole dimension with step 1 (views);
-//   add of a `full` 0 and mul of a `full` 1 whose shape broadcasts to the
-//   other operand's without changing it; add_scalar 0 and mul_scalar 1;
+//   add of a `full` -0.0 and mul of a `full` 1 whose shape broadcasts to
+//   the other operand's without changing it; add_scalar -0.0 and
+//   mul_scalar 1;
 //   contiguous of a value known contiguous (copies): a fresh node result.
 //   Graph inputs are not assumed contiguous: the tracer records
 //   contiguous(%p) exactly when a lifted param (or a caller's tensor) is a
 //   strided view.
 // Uses of the node move to its input, then the node is erased.
 //
-// Adding 0 maps -0.0 to +0.0: the removal keeps every value equal (==), not
-// every bit of a negative zero.
+// Only exact IEEE identities go, so every bit of every value is kept: x + -0.0
+// is x for every x, but x + +0.0 turns -0.0 into +0.0, which a later 1/x or
+// rsqrt turns into +inf instead of -inf (LLVM folds `fadd x, -0.0` and keeps
+// `fadd x, 0.0` for the same reason); on integers either zero will do. x * 1
+// is x, NaNs aside. A `full` counts as its value only while nothing writes
+// its storage: `fill_` through a slice of a `full` makes a later add of it
+// no longer an identity.
 //
 // A copy's result is a tensor of its own; its input is not. So a copy is kept
 // when its result or its input shares storage with a tensor written in place
@@ -18,6 +24,8 @@
 // is a graph output while its input is (a view of) a graph input (the output
 // would newly alias the caller's tensor). A view is kept when the removal
 // would make a graph output the very Value of a graph input.
+#include <cmath>
+
 #include "passes_internal.h"
 
 namespace sinkgraph::passes {
@@ -33,10 +41,25 @@ const double* real_attr(const ir::Node& node, const char* name) {
   return a == nullptr ? nullptr : std::get_if<double>(a);
 }
 
-bool is_full_of(const ir::Value* v, double value) {
-  if (v->producer == nullptr || v->producer->op_name() != "full") return false;
+using Mutated = std::unordered_set<const ir::Value*>;
+
+// `value` is the identity of `op` ("add" or "mul") on `dtype` (binary
+// operands share one dtype): for floats the sign of a zero counts, integers
+// have one zero.
+bool is_identity(double value, const std::string& op, DType dtype) {
+  if (op == "mul") return value == 1.0;
+  return value == 0.0 && (std::signbit(value) || is_integral(dtype));
+}
+
+// `v` is a `full` holding the identity of `op` on results of dtype `dtype`,
+// which no node writes in place.
+bool is_identity_full(const ir::Value* v, const std::string& op, DType dtype,
+                      const Mutated& mutated) {
+  if (v->producer == nullptr || v->producer->op_name() != "full" || mutated.contains(v)) {
+    return false;
+  }
   const double* d = real_attr(*v->producer, "value");
-  return d != nullptr && *d == value;
+  return d != nullptr && is_identity(*d, op, dtype);
 }
 
 // The input a view node hands back unchanged, or null.
@@ -79,24 +102,24 @@ ir::Value* noop_view_input(const ir::Node& node) {
 }
 
 // The input a copying node hands back unchanged (as values), or null.
-ir::Value* noop_copy_input(const ir::Node& node) {
+ir::Value* noop_copy_input(const ir::Node& node, const Mutated& mutated) {
   const std::string& op = node.op_name();
   const TensorMeta& out = node.result()->meta;
   auto same = [&](const ir::Value* v) {
     return v->meta.dtype == out.dtype && v->meta.shape == out.shape;
   };
   if (op == "add" || op == "mul") {
-    const double identity = op == "add" ? 0.0 : 1.0;
     ir::Value* a = node.operands.at(0);
     ir::Value* b = node.operands.at(1);
-    if (is_full_of(b, identity) && same(a)) return a;
-    if (is_full_of(a, identity) && same(b)) return b;
+    if (is_identity_full(b, op, out.dtype, mutated) && same(a)) return a;
+    if (is_identity_full(a, op, out.dtype, mutated) && same(b)) return b;
     return nullptr;
   }
   if (op == "add_scalar" || op == "mul_scalar") {
     const double* value = real_attr(node, "value");
-    const double identity = op == "add_scalar" ? 0.0 : 1.0;
-    return value != nullptr && *value == identity ? node.operands.at(0) : nullptr;
+    const bool identity =
+        value != nullptr && is_identity(*value, op == "add_scalar" ? "add" : "mul", out.dtype);
+    return identity ? node.operands.at(0) : nullptr;
   }
   if (op == "contiguous") {
     ir::Value* x = node.operands.at(0);
@@ -122,7 +145,7 @@ void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
       input = noop_view_input(*node);
       if (input != nullptr && is_output && input->is_input()) input = nullptr;
     } else if (!detail::mutates(*node)) {
-      input = noop_copy_input(*node);
+      input = noop_copy_input(*node, mutated);
       if (input != nullptr) {
         const ir::Value* root = detail::alias_root(input);
         const bool writes = mutated.contains(root) || mutated.contains(result);

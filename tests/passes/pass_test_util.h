@@ -125,13 +125,9 @@ inline std::vector<ir::RtValue> inputs_for(const ir::Graph& g, const NamedInputs
   return out;
 }
 
-enum class Compare : std::uint8_t {
-  bitwise,  // every bit (any NaN equals any NaN)
-  value,    // == (so -0.0 == +0.0), NaN equals NaN
-};
-
-inline ::testing::AssertionResult same_values(const ir::RtValue& a, const ir::RtValue& b,
-                                              Compare mode) {
+// Every bit equal (any NaN equals any NaN): the passes keep IEEE semantics
+// exactly, so -0.0 and +0.0 differ here.
+inline ::testing::AssertionResult same_values(const ir::RtValue& a, const ir::RtValue& b) {
   if (a.index() != b.index()) return ::testing::AssertionFailure() << "tensor vs integer";
   if (const auto* ia = std::get_if<std::int64_t>(&a)) {
     if (*ia == std::get<std::int64_t>(b)) return ::testing::AssertionSuccess();
@@ -150,9 +146,7 @@ inline ::testing::AssertionResult same_values(const ir::RtValue& a, const ir::Rt
   const auto vb = tb.to_floats();
   for (std::size_t i = 0; i < va.size(); ++i) {
     const bool nan = std::isnan(va[i]) && std::isnan(vb[i]);
-    const bool eq = mode == Compare::bitwise
-                        ? std::bit_cast<std::uint32_t>(va[i]) == std::bit_cast<std::uint32_t>(vb[i])
-                        : va[i] == vb[i];
+    const bool eq = std::bit_cast<std::uint32_t>(va[i]) == std::bit_cast<std::uint32_t>(vb[i]);
     if (!nan && !eq) {
       return ::testing::AssertionFailure()
              << "element " << i << ": " << va[i] << " vs " << vb[i] << " (" << ta.str() << ")";
@@ -165,7 +159,6 @@ inline ::testing::AssertionResult same_values(const ir::RtValue& a, const ir::Rt
 // compares the outputs and the inputs' final contents (in-place writes).
 inline ::testing::AssertionResult same_results(const ir::Graph& before, const ir::Graph& after,
                                                const NamedInputs& named,
-                                               Compare mode = Compare::bitwise,
                                                const passes::PassContext* extra = nullptr) {
   auto in_a = inputs_for(before, named, extra);
   auto in_b = inputs_for(after, named, extra);
@@ -175,14 +168,14 @@ inline ::testing::AssertionResult same_results(const ir::Graph& before, const ir
     return ::testing::AssertionFailure() << out_a.size() << " vs " << out_b.size() << " outputs";
   }
   for (std::size_t i = 0; i < out_a.size(); ++i) {
-    auto r = same_values(out_a[i], out_b[i], mode);
+    auto r = same_values(out_a[i], out_b[i]);
     if (!r) return r << " (output " << i << ")";
   }
   for (std::size_t i = 0; i < before.inputs().size(); ++i) {
     const std::string& name = before.inputs()[i]->name;
     for (std::size_t j = 0; j < after.inputs().size(); ++j) {
       if (after.inputs()[j]->name != name) continue;
-      auto r = same_values(in_a[i], in_b[j], mode);
+      auto r = same_values(in_a[i], in_b[j]);
       if (!r) return r << " (input %" << name << " after the run)";
     }
   }

@@ -48,9 +48,9 @@ TEST(passes_remove_noop_ops, RemovesArithmeticIdentities) {
   ir::Graph g("g");
   ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
   ir::Value* h = add(g, "neg", {x}, {}, "h");
-  ir::Value* a = add(g, "add", {h, full(g, dims({1}), 0.0)});
+  ir::Value* a = add(g, "add", {h, full(g, dims({1}), -0.0)});
   ir::Value* b = add(g, "mul", {full(g, dims({3, 4}), 1.0), a});
-  ir::Value* c = add(g, "add_scalar", {b}, {{"value", 0.0}});
+  ir::Value* c = add(g, "add_scalar", {b}, {{"value", -0.0}});
   ir::Value* d = add(g, "mul_scalar", {c}, {{"value", 1.0}});
   ir::Value* e = add(g, "add", {d, full(g, dims({4}), -0.0)});
   g.outputs = {add(g, "exp", {e}, {}, "y")};
@@ -59,7 +59,32 @@ TEST(passes_remove_noop_ops, RemovesArithmeticIdentities) {
                 count_op(*out, "mul_scalar"),
             0U);
   EXPECT_EQ(out->nodes().back()->operands.at(0)->name, "h");
-  EXPECT_TRUE(same_results(g, *out, random_inputs(g), Compare::value));
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+TEST(passes_remove_noop_ops, RemovesAddOfEitherZeroOnIntegers) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3}, DType::i64), InputKind::input);
+  ir::Value* h = add(g, "add", {x, x}, {}, "h");
+  ir::Value* a = add(g, "add", {h, full(g, dims({3}), 0.0, DType::i64)});
+  g.outputs = {add(g, "add", {full(g, dims({1}), -0.0, DType::i64), a}, {}, "y")};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(count_op(*out, "add"), 1U);  // h itself
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+// x + +0.0 is -0.0 + +0.0 = +0.0 where x is -0.0, and rsqrt then gives +inf
+// instead of -inf: found by passes_property.
+TEST(passes_remove_noop_ops, KeepsAddOfPositiveZeroOnFloats) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
+  ir::Value* z = add(g, "mul_scalar", {x}, {{"value", -0.0}});  // -0.0 where x > 0
+  ir::Value* a = add(g, "add_scalar", {z}, {{"value", 0.0}});
+  ir::Value* b = add(g, "add", {full(g, dims({4}), 0.0), z});
+  g.outputs = {add(g, "rsqrt", {a}), add(g, "rsqrt", {b})};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(out->nodes().size(), g.nodes().size());
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
 }
 
 TEST(passes_remove_noop_ops, KeepsArithmeticThatChangesSomething) {
@@ -115,6 +140,29 @@ TEST(passes_remove_noop_ops, KeepsCopiesOfWrittenTensors) {
   g.outputs = {add(g, "neg", {snapshot}), h, y};
   auto out = run_pass(g, "remove_noop_ops");
   EXPECT_EQ(out->nodes().size(), g.nodes().size());
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+}
+
+// Found by passes_property (seed 14950094578263905335): a `full` -0.0 written
+// through a slice no longer holds -0.0, so adding it is no identity.
+TEST(passes_remove_noop_ops, KeepsArithmeticWithWrittenConstants) {
+  ir::Graph g("g");
+  ir::Value* x = g.add_input("x", meta({3, 4}), InputKind::input);
+  ir::Value* h = add(g, "neg", {x});
+  ir::Value* zeros = full(g, dims({3, 4}), -0.0);
+  ir::Value* rows = add(g, "slice", {zeros},
+                        {{"dim", SymInt(0)},
+                         {"start", SymInt(0)},
+                         {"end", SymInt(3)},
+                         {"step", SymInt(1)}});  // a whole-tensor view: removed
+  add(g, "fill_", {rows}, {{"value", 1.0}});
+  ir::Value* ones = full(g, dims({3, 4}), 1.0);
+  add(g, "copy_", {ones, x});
+  g.outputs = {add(g, "add", {h, zeros}), add(g, "mul", {ones, h})};
+  auto out = run_pass(g, "remove_noop_ops");
+  EXPECT_EQ(count_op(*out, "slice"), 0U);
+  EXPECT_EQ(count_op(*out, "add"), 1U);
+  EXPECT_EQ(count_op(*out, "mul"), 1U);
   EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
 }
 
