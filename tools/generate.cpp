@@ -48,6 +48,9 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     SG_CHECK(id >= 0 && id < c.vocab_size, "generate: forced id ", id,
              " is out of range for a vocabulary of ", c.vocab_size);
   }
+  SG_CHECK(!options.stop_id || (*options.stop_id >= 0 && *options.stop_id < c.vocab_size),
+           "generate: --stop-id ", options.stop_id.value_or(0),
+           " is out of range for a vocabulary of ", c.vocab_size, " (it could never be generated)");
   for (std::size_t i = 0; i < options.prompt.size(); ++i) {
     SG_CHECK(options.prompt[i] >= 0 && options.prompt[i] < c.vocab_size, "generate: prompt id ",
              options.prompt[i], " at index ", i, " is out of range for a vocabulary of ",

@@ -91,6 +91,8 @@ check truncated 2 -- "$bin" generate --model "$tmp/trunc.bin"
 expect truncated-names-file grep -q "trunc.bin" "$tmp/err"
 check bad-ids 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 x"
 check id-range 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 64"
+check stop-id-range 2 -- "$bin" generate --model "$tmp/m.bin" --steps 4 --stop-id 64
+expect stop-id-message grep -q "stop-id 64 is out of range" "$tmp/err"
 check too-long 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 2" --steps 31
 expect too-long-message grep -q "seq_len" "$tmp/err"
 
