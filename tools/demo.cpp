@@ -35,10 +35,11 @@ int run_demo() {
   fmt::print("\ndevice {} stream '{}':\n", stream.device().name(), stream.name());
   fmt::print("  operators dispatched   {}\n", after.dispatches - before.dispatches);
   fmt::print("  queue entries launched {} ({} kernels ran)\n", c.launches, c.kernels);
-  fmt::print("  host launch time       {:.1f} us ({:.2f} us per launch)\n", c.host_launch_ns / 1e3,
-             c.launches ? c.host_launch_ns / 1e3 / static_cast<double>(c.launches) : 0.0);
-  fmt::print("  device busy / idle     {:.1f} us / {:.1f} us\n", c.device_busy_ns / 1e3,
-             c.device_idle_ns() / 1e3);
+  const auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1e3; };
+  fmt::print("  host launch time       {:.1f} us ({:.2f} us per launch)\n", us(c.host_launch_ns),
+             c.launches ? us(c.host_launch_ns) / static_cast<double>(c.launches) : 0.0);
+  fmt::print("  device busy / idle     {:.1f} us / {:.1f} us\n", us(c.device_busy_ns),
+             us(c.device_idle_ns()));
   fmt::print("  allocator              {}\n", to_string(cpu().allocator().stats()));
   return 0;
 }

@@ -126,8 +126,8 @@ class SG_API GraphExec {
   // One updatable slot: launch() evaluates `expr`, the replay writes the value
   // into scalar `slot` of node `node`. A flat list, so launch costs O(slots), not O(nodes).
   struct Update {
-    int node;
-    int slot;
+    int node = 0;
+    int slot = 0;
     CompiledSymExpr expr;
   };
   GraphExec() = default;

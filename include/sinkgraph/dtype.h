@@ -54,7 +54,7 @@ inline float f16_to_f32(std::uint16_t h) {
 }
 
 inline std::uint16_t f32_to_f16(float value) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
+  const auto x = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (x >> 16) & 0x8000U;
   const std::uint32_t abs = x & 0x7FFFFFFFU;
   if (abs > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);   // nan
@@ -84,7 +84,7 @@ inline float bf16_to_f32(std::uint16_t b) {
 }
 
 inline std::uint16_t f32_to_bf16(float value) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
+  const auto x = std::bit_cast<std::uint32_t>(value);
   if ((x & 0x7FFFFFFFU) > 0x7F800000U)
     return static_cast<std::uint16_t>((x >> 16) | 0x40U);  // quiet nan
   const std::uint32_t rounding = 0x7FFFU + ((x >> 16) & 1U);

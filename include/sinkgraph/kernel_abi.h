@@ -58,7 +58,9 @@ union ScalarArg {
 inline constexpr int kMaxTensorArgs = 6;
 inline constexpr int kMaxScalarArgs = 8;
 
-struct ArgBlock {
+// Built once per launch on the hot path: the arrays stay uninitialized, and
+// only the slots below num_scalars / num_tensors are read or copied.
+struct ArgBlock {  // NOLINT(cppcoreguidelines-pro-type-member-init)
   std::uint16_t num_tensors = 0;
   std::uint16_t num_scalars = 0;
   ScalarArg scalars[kMaxScalarArgs];

@@ -15,7 +15,10 @@ namespace sinkgraph {
 
 inline constexpr int kMaxDims = 6;
 
+// clang-tidy sees `__i0`, clang's loop index in the implicit copy of the
+// array member, as a reserved name of ours.
 template <typename T>
+// NOLINTNEXTLINE(bugprone-reserved-identifier,readability-identifier-naming)
 class Dims {
  public:
   Dims() = default;

@@ -52,9 +52,9 @@ struct StreamCounters {
 // One kernel's execution on the device, or one launch() on the host,
 // recorded only while tracing is on.
 struct KernelSpan {
-  const char* name;
-  std::int64_t start_ns;  // steady clock
-  std::int64_t end_ns;
+  const char* name = nullptr;
+  std::int64_t start_ns = 0;  // steady clock
+  std::int64_t end_ns = 0;
   bool host = false;  // a host launch, not device execution
 };
 

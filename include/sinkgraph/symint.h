@@ -102,7 +102,7 @@ class SG_API CompiledSymExpr {
     std::vector<int> factors;  // >= 0: symbol index; < 0: ~index into atoms_
   };
   struct Atom {
-    bool floordiv;
+    bool floordiv = false;
     std::unique_ptr<CompiledSymExpr> lhs, rhs;
   };
   void compile(const SymExpr& expr, const std::vector<std::string>& symbols);

@@ -51,9 +51,9 @@ std::string ptr_text(const void* p) {
 
 class CapturedGraph final : public ConcreteGraph {
  public:
-  CapturedGraph(std::unique_ptr<ir::Graph> graph, const CompilerConfig& config,
+  CapturedGraph(std::unique_ptr<ir::Graph> graph, CompilerConfig config,
                 std::vector<std::string> notes)
-      : graph_(std::move(graph)), config_(config), notes_(std::move(notes)) {
+      : graph_(std::move(graph)), config_(std::move(config)), notes_(std::move(notes)) {
     analyze();
     copy_kernel_ =
         OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
@@ -438,7 +438,7 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   e->mutated_addrs.clear();
   e->param_addrs.clear();
   for (const int i : user_inputs_) {
-    const Tensor& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
+    const auto& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
     if (config_.clone_input) {
       PoolScope scope(stream, e->pool);
       e->static_inputs[static_cast<std::size_t>(i)] = Tensor::empty(caller.shape(), caller.dtype());
@@ -523,7 +523,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
   std::vector<ReplayCopy>& copies = copies_;  // reused across calls (under mutex_)
   copies.clear();
   for (const int i : user_inputs_) {
-    const Tensor& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
+    const auto& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
     const Tensor& target = e.static_inputs[static_cast<std::size_t>(i)];
     if (!config_.clone_input && caller.data_ptr() == target.data_ptr()) continue;
     ReplayCopy c;

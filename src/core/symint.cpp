@@ -295,7 +295,8 @@ std::int64_t CompiledSymExpr::eval(const std::int64_t* values) const {
         product *= values[f];
         continue;
       }
-      const Atom& atom = *atoms_[static_cast<std::size_t>(~f)];
+      const int atom_index = ~f;
+      const Atom& atom = *atoms_[static_cast<std::size_t>(atom_index)];
       const std::int64_t num = atom.lhs->eval(values);
       const std::int64_t den = atom.rhs->eval(values);
       if (den == 0) return 0;  // checked when the graph was built; never divide by zero here

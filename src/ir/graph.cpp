@@ -117,7 +117,7 @@ Node* Graph::add_node(const OpDef& op, std::vector<Value*> operands, std::vector
 }
 
 std::size_t Graph::num_uses(const Value* value) const {
-  std::size_t n = static_cast<std::size_t>(std::count(outputs.begin(), outputs.end(), value));
+  auto n = static_cast<std::size_t>(std::count(outputs.begin(), outputs.end(), value));
   for (const auto& node : nodes_) {
     n += static_cast<std::size_t>(std::count(node->operands.begin(), node->operands.end(), value));
   }

@@ -57,7 +57,9 @@ std::size_t num_terms(const SymInt& v) { return v.is_symbolic() ? v.expr()->term
 
 class Parser {
  public:
-  Parser(std::string_view src, const std::string& file) : file_(file), lex_(src, file_) { bump(); }
+  Parser(std::string_view src, std::string file) : file_(std::move(file)), lex_(src, file_) {
+    bump();
+  }
 
   std::unique_ptr<Graph> run() {
     expect_ident("graph");
@@ -204,7 +206,7 @@ class Parser {
       return SymInt(parse_int_literal(t));
     }
     if (accept(Tok::lparen)) {
-      const SymInt v = parse_sum(refs);
+      SymInt v = parse_sum(refs);
       expect(Tok::rparen, "')'");
       return v;
     }

@@ -40,12 +40,10 @@ std::int64_t product_magnitude(std::span<const SymInt> dims) {
 
 bool valid_value_name(std::string_view name) {
   if (name.empty()) return false;
-  for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
+  return std::ranges::all_of(name, [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.';
+  });
 }
 
 bool valid_symbol_name(std::string_view name) {
@@ -176,7 +174,12 @@ class Verifier {
 
   void check_symbols(const SymInt& v, const std::string& where, SourceLoc loc) const {
     for (const auto& s : v.free_symbols()) {
-      if (!bound_.contains(s)) fail(loc, where + " uses symbol '" + s + "', which no input binds");
+      if (!bound_.contains(s)) {
+        fail(loc, std::string(where)
+                      .append(" uses symbol '")
+                      .append(s)
+                      .append("', which no input binds"));
+      }
     }
   }
 
@@ -295,7 +298,7 @@ class Verifier {
 
   // Note [Placement hints] in ir.h: each hint is sound, in O(nodes + uses).
   void check_hints() {
-    constexpr std::size_t kEnd = static_cast<std::size_t>(-1);  // graph outputs live to the end
+    constexpr auto kEnd = static_cast<std::size_t>(-1);  // graph outputs live to the end
     std::unordered_map<const Node*, std::size_t> index;
     std::unordered_map<const Value*, const Value*> root;  // storage root, where not itself
     // The contents a value names: like its root, except that a `reuse` result

@@ -15,7 +15,7 @@
 namespace sinkgraph::models {
 namespace {
 
-constexpr std::uint64_t kHeaderBytes = 7 * 4;
+constexpr std::uint64_t kHeaderBytes = 7 * sizeof(std::int32_t);
 
 // One tensor of the file: its name for messages, where it lies, its shape and
 // its slot in the weights (null for the unused freq_cis tables, or when

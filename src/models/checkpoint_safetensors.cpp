@@ -257,7 +257,7 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
       SG_CHECK(value.is_object(), name, ": __metadata__ must be an object");
       continue;
     }
-    const std::string where = name + ": tensor " + key;
+    const std::string where = std::string(name).append(": tensor ").append(key);
     const Entry e = parse_entry(value, where, data.size());
     const auto slot = parse_name(key, c);
     SG_CHECK(slot.has_value(), where, " is not a Llama weight of this config (", c.str(),

@@ -55,7 +55,7 @@ void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
 }  // namespace
 
 LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+    : config_(config), weights_(std::move(weights)) {
   config_.validate("model");
   const LlamaConfig& c = config_;
   check_shape(weights_.tok_embeddings, {c.vocab_size, c.dim}, "tok_embeddings.weight");

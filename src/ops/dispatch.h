@@ -15,7 +15,7 @@ namespace sinkgraph::detail {
 // mutated input of an in-place operator. `out`: a placed output (Note
 // [Output placement] in op_registry.h).
 Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
-                std::span<const ScalarValue> scalars, const Tensor* out = nullptr);
+                std::span<const ScalarValue> scalars, const Tensor* placed = nullptr);
 
 // Validation and shape inference alone (composite operators use it).
 struct Inferred {
@@ -29,7 +29,7 @@ struct Inferred {
   Inferred& operator=(const Inferred&) = delete;
 };
 void infer(const OpDef& op, std::span<const Tensor* const> tensors,
-           std::span<const ScalarValue> scalars, Inferred& out);
+           std::span<const ScalarValue> scalars, Inferred& r);
 
 inline Tensor call(const OpDef& op, std::initializer_list<const Tensor*> tensors,
                    std::initializer_list<ScalarValue> scalars = {}) {

@@ -117,6 +117,7 @@ Tensor fused_elementwise(const std::vector<Tensor>& inputs, const std::vector<st
            "fused_elementwise: got ", consts.size(), " constants; expected at most ",
            kernels::fused::kMaxConsts);
   std::vector<const Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
   for (const Tensor& t : inputs) ptrs.push_back(&t);
   namespace fp = kernels::fused;
   SG_CHECK(code.size() <= static_cast<std::size_t>(fp::kMaxCode),

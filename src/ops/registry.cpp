@@ -165,8 +165,8 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   // pays a single atomic load for it.
   struct OpName {
     bool set;
-    const char* previous;
-    explicit OpName(const char* n) : set(any_capture_active()), previous(nullptr) {
+    const char* previous = nullptr;
+    explicit OpName(const char* n) : set(any_capture_active()) {
       if (set) {
         previous = current_op_name();
         set_current_op_name(n);

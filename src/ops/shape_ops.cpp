@@ -25,9 +25,9 @@ const std::vector<SymInt>& int_list(const ShapeArgs& args, int i) {
 
 // slice(x, dim, start, end, step): negative start/end count from the end.
 struct SliceBounds {
-  int dim;
+  int dim = 0;
   SymInt start, length;
-  std::int64_t step;
+  std::int64_t step = 1;
 };
 SliceBounds slice_bounds(const TensorMeta& x, const ShapeArgs& args) {
   const int dim = wrap_dim(args.integer(0), x.shape.size(), kSlice);

@@ -181,7 +181,7 @@ void* Tensor::data_ptr() const {
 
 TensorArg Tensor::arg() const {
   if (trace_) throw_traced(*this, "arg");
-  TensorArg a;
+  TensorArg a{};
   a.data = storage_->data();
   for (int i = 0; i < kMaxDims; ++i) {
     a.sizes[i] = i < ndim() ? shape_[i] : 0;

@@ -54,6 +54,7 @@ void fold_literals(ir::Graph& graph, const std::unordered_set<const ir::Value*>&
       elements.push_back(ops::full(SymShape{1}, full_value(*v->producer), v->meta.dtype));
     }
     std::vector<const Tensor*> ptrs;
+    ptrs.reserve(elements.size());
     for (const Tensor& t : elements) ptrs.push_back(&t);
     const Tensor out = run_op(*node->op, ptrs, node->scalar_args());
     const DType dtype = node->result()->meta.dtype;

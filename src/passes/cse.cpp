@@ -6,6 +6,7 @@
 // compute something else, so the rule is deliberately simple and sound:
 // nodes that write in place are never merged, and neither is a node whose
 // operands or result share storage with a tensor written anywhere in the graph.
+#include <algorithm>
 #include <unordered_map>
 
 #include "passes_internal.h"
@@ -15,13 +16,9 @@ namespace sinkgraph::passes {
 void cse(ir::Graph& graph, PassContext& /*ctx*/) {
   const auto mutated = detail::mutated_roots(graph);
   auto touches_mutated = [&](const ir::Node& node) {
-    for (const ir::Value* v : node.operands) {
-      if (mutated.contains(detail::alias_root(v))) return true;
-    }
-    for (const ir::Value* r : node.results) {
-      if (mutated.contains(detail::alias_root(r))) return true;
-    }
-    return false;
+    auto written = [&](const ir::Value* v) { return mutated.contains(detail::alias_root(v)); };
+    return std::ranges::any_of(node.operands, written) ||
+           std::ranges::any_of(node.results, written);
   };
 
   std::unordered_map<std::string, ir::Node*> seen;

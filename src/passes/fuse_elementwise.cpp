@@ -191,6 +191,7 @@ void fuse_elementwise(ir::Graph& graph, PassContext& /*ctx*/) {
     Builder b(graph, mutated);
     if (!b.emit_root(root) || b.absorbed.empty()) continue;
     std::vector<ir::NamedAttr> attrs;
+    attrs.reserve(fp::kCodeSlots + fp::kMaxConsts);
     std::int64_t slots[fp::kCodeSlots];
     fp::pack_program(b.code, slots);
     for (int c = 0; c < fp::kCodeSlots; ++c) {

@@ -19,6 +19,7 @@
 // - no node between the update and the copy reads or writes %x's memory: the
 //   write now happens at the update, so anything in between would see it.
 // Readers after the copy read %x's memory either way.
+#include <algorithm>
 #include <unordered_map>
 
 #include "passes_internal.h"
@@ -39,10 +40,8 @@ bool is_plain_name_of(const ir::Value* v, const ir::Value* root) {
 }
 
 bool touches(const ir::Node& node, const ir::Value* root) {
-  for (const ir::Value* o : node.operands) {
-    if (detail::alias_root(o) == root) return true;
-  }
-  return false;
+  return std::ranges::any_of(node.operands,
+                             [&](const ir::Value* o) { return detail::alias_root(o) == root; });
 }
 
 }  // namespace

@@ -90,11 +90,10 @@ bool tolerates_strided(const ir::Graph& graph, const Users& users, const ir::Val
   if (is_output(graph, v)) return false;
   const auto it = users.find(v);
   if (it == users.end()) return true;
-  for (const ir::Node* u : it->second) {
-    if (u->op_name() == "view") return false;
-    if (u->op->schema.alias_of >= 0 && !tolerates_strided(graph, users, u->result())) return false;
-  }
-  return true;
+  return std::ranges::none_of(it->second, [&](const ir::Node* u) {
+    return u->op_name() == "view" ||
+           (u->op->schema.alias_of >= 0 && !tolerates_strided(graph, users, u->result()));
+  });
 }
 
 std::int64_t concrete(const SymInt& s) { return s.maybe_value().value_or(-1); }

@@ -30,7 +30,6 @@ struct Block {
 
 namespace {
 
-constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
 
 // Size classes: multiples of 512 bytes up to 1 MiB, then multiples of 64 KiB.

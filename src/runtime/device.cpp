@@ -25,7 +25,7 @@ struct Registry {
 Registry& registry() {
   // Devices live for the whole process (never destroyed: tensors in static
   // storage may still return memory to them at exit).
-  static Registry* r = new Registry();
+  static auto* r = new Registry();
   return *r;
 }
 }  // namespace

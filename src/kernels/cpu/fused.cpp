@@ -26,7 +26,7 @@ constexpr std::int64_t kGrain = 1 << 15;
 template <typename T>
 inline float round_to(float v) {
   if constexpr (is_half_v<T>) {
-    T tmp;
+    T tmp{};
     store(&tmp, v);
     return load(&tmp);
   } else {
@@ -245,18 +245,18 @@ void fused_elementwise(const ArgBlock& args, KernelContext& ctx) {
   const Program p = decode(args);
   // Six tensor slots: the inputs, padding (copies of input 0, never loaded),
   // then the output last.
-  constexpr int N = kMaxTensorArgs;
-  TensorArg t[N];
-  for (int k = 0; k < N - 1; ++k) t[k] = args.tensors[k < p.num_inputs ? k : 0];
-  t[N - 1] = args.tensors[p.num_inputs];
-  dispatch_float(t[N - 1].dtype, [&]<typename T>() {
-    const T* in[N - 1];
-    for (int k = 0; k < N - 1; ++k) in[k] = static_cast<const T*>(t[k].data);
-    T* out = static_cast<T*>(t[N - 1].data);
-    broadcast_rows<N>(t, ctx,
-                      [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
-                        run_chunked<T, N>(p, in, out, off, count, st);
-                      });
+  constexpr int kSlots = kMaxTensorArgs;
+  TensorArg t[kSlots];
+  for (int k = 0; k < kSlots - 1; ++k) t[k] = args.tensors[k < p.num_inputs ? k : 0];
+  t[kSlots - 1] = args.tensors[p.num_inputs];
+  dispatch_float(t[kSlots - 1].dtype, [&]<typename T>() {
+    const T* in[kSlots - 1];
+    for (int k = 0; k < kSlots - 1; ++k) in[k] = static_cast<const T*>(t[k].data);
+    T* out = static_cast<T*>(t[kSlots - 1].data);
+    broadcast_rows<kSlots>(
+        t, ctx, [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+          run_chunked<T, kSlots>(p, in, out, off, count, st);
+        });
   });
 }
 

@@ -92,10 +92,10 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
                    std::int64_t seq_len, float scale, std::int64_t group, KernelContext& ctx) {
   const std::int64_t t_len = q.sizes[0], hq = q.sizes[1], d = q.sizes[2];
   const std::int64_t cache = k.sizes[0];
-  const float* pq = q.ptr<float>();
-  const float* pk = k.ptr<float>();
-  const float* pv = v.ptr<float>();
-  float* po = o.ptr<float>();
+  const auto* pq = q.ptr<float>();
+  const auto* pk = k.ptr<float>();
+  const auto* pv = v.ptr<float>();
+  auto* po = o.ptr<float>();
   parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<std::size_t>(cache + d));

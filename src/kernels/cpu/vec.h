@@ -31,7 +31,7 @@ inline constexpr std::int64_t kLanes = 8;
 
 // Adds the lanes pairwise.
 #define SG_LANE_SUM(v) \
-  (((v)[0] + (v)[4]) + ((v)[1] + (v)[5])) + (((v)[2] + (v)[6]) + ((v)[3] + (v)[7]))
+  ((((v)[0] + (v)[4]) + ((v)[1] + (v)[5])) + (((v)[2] + (v)[6]) + ((v)[3] + (v)[7])))
 
 // sum_i a[i] * b[i], in lanes (two vectors of partial sums per step, so two
 // multiply-adds are in flight).
@@ -212,8 +212,8 @@ inline float exp(float x) {
   // factors to stay normal at both ends.
   const std::int32_t n1 = bits >> 1;
   const std::int32_t n2 = bits - n1;
-  const float s1 = std::bit_cast<float>(static_cast<std::uint32_t>((n1 + 127) << 23));
-  const float s2 = std::bit_cast<float>(static_cast<std::uint32_t>((n2 + 127) << 23));
+  const auto s1 = std::bit_cast<float>(static_cast<std::uint32_t>((n1 + 127) << 23));
+  const auto s2 = std::bit_cast<float>(static_cast<std::uint32_t>((n2 + 127) << 23));
   float y = p * s1 * s2;
   y = x > kHi ? std::numeric_limits<float>::infinity() : y;
   y = x < kLo ? 0.0F : y;
