@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -42,6 +43,32 @@ struct SymbolSource {
   int input = 0;
   int dim = -1;  // -1: the input is a sym
 };
+
+// Note [Captures run on a side stream]
+// A capture records every launch made on its stream, by any thread. Capturing
+// on the caller's stream (usually the device's default stream, which every
+// host thread shares) would record another thread's eager kernels into the
+// graph: they would never run, that thread would read memory nothing wrote,
+// and every replay would run them again. So, like torch.cuda.graph's private
+// side stream, captures run on a stream of their own, made current on the
+// capturing thread for the duration. Nothing executes on it (a capture only
+// records); replays launch on the caller's current stream. One per device,
+// shared by every compiled function: captures are rare, and take turns.
+Stream& capture_stream() {
+  // Lives as long as the device (never destroyed, like the device itself).
+  static Stream* stream = [] {
+    StreamOptions options;
+    options.name = "capture";
+    options.spin_us = 0;  // idle but for captures: park at once
+    return cpu().create_stream(options).release();
+  }();
+  return *stream;
+}
+
+std::mutex& capture_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 std::string ptr_text(const void* p) {
   std::ostringstream out;
@@ -422,7 +449,10 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
                                             std::to_string(entries_.size()));
   }
   const std::int64_t reserved_before = e->pool->stats().reserved_bytes;
-  Stream& stream = current_stream(cpu());
+  // Note [Captures run on a side stream].
+  const std::lock_guard capture_turn(capture_mutex());
+  Stream& stream = capture_stream();
+  const StreamGuard on_capture_stream(stream);
 
   // Keys of one graph never run together (order_): this key's kernels may
   // borrow the memory the other keys hold, outputs included (Note [Pool

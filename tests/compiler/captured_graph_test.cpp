@@ -1,5 +1,6 @@
 // reduce-overhead: capture once per graph key, replay with one launch.
 #include <atomic>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -8,6 +9,7 @@
 #include "../trace/models.h"
 #include "helpers.h"
 #include "sinkgraph/compiler.h"
+#include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/op_registry.h"
 #include "sinkgraph/stream.h"
@@ -347,14 +349,23 @@ TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results
   sg::CompilerConfig c = reduce_overhead();
   c.clone_output = true;
   auto fn = compile_mlp(mlp, c);
+  // Inputs and eager references first: under capture_error_mode=global, a host
+  // read on any thread while the other one captures is an error, by design.
+  std::vector<std::vector<sg::Tensor>> inputs(2);
+  std::vector<std::vector<std::vector<float>>> want(2);
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 20; ++i) {
+      const sg::Tensor x = sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(t * 100 + i));
+      inputs[t].push_back(x);
+      want[t].push_back(mlp(std::vector<sg::Arg>{x})[0].to_floats());
+    }
+  }
   std::atomic<int> wrong{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 20; ++i) {
-        const sg::Tensor x =
-            sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(t * 100 + i));
-        if ((*fn)({x})[0].to_floats() != mlp(std::vector<sg::Arg>{x})[0].to_floats()) ++wrong;
+        if ((*fn)({inputs[t][i]})[0].to_floats() != want[t][i]) ++wrong;
       }
     });
   }
@@ -362,6 +373,58 @@ TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(fn->counters().captured, 1);
   EXPECT_EQ(fn->counters().replayed, 40);
+}
+
+// A test-only operator whose composite, while its graph is being captured,
+// has another host thread run eager work on the default stream and read it,
+// and waits for that thread: a deterministic interleaving of the two.
+std::function<void()> g_during_capture;
+
+sg::Tensor rendezvous(std::span<const sg::Tensor* const> t, std::span<const sg::ScalarValue>) {
+  if (g_during_capture && sg::any_capture_active()) {
+    std::thread other(g_during_capture);
+    other.join();
+  }
+  return sg::ops::relu(*t[0]);
+}
+
+const sg::OpDef& rendezvous_op() {
+  static const sg::OpDef& def = []() -> const sg::OpDef& {
+    sg::OpDef d;
+    d.schema.name = "test_rendezvous";
+    d.schema.args = {{"x"}};
+    d.shape_fn = peek_shape;
+    d.composite = rendezvous;
+    sg::OpRegistry::instance().add(d);
+    return sg::OpRegistry::instance().get("test_rendezvous");
+  }();
+  return def;
+}
+
+// Note [Captures run on a side stream]: eager work of another thread during a
+// capture runs (and is not recorded into the graph).
+TEST(compiler_capture, another_threads_eager_work_during_a_capture_runs_and_is_not_captured) {
+  const sgtest::Mlp mlp;
+  const sg::Tensor y = sgtest::random_tensor({2, 64}, 7);
+  const std::vector<float> want_y = mlp(std::vector<sg::Arg>{y})[0].to_floats();
+  std::vector<float> got_y;
+  g_during_capture = [&] { got_y = mlp(std::vector<sg::Arg>{y})[0].to_floats(); };
+  const auto body = [](std::span<const sg::Arg> args) -> std::vector<sg::Tensor> {
+    const sg::Tensor* t[] = {&std::get<sg::Tensor>(args[0])};
+    return {sg::ops::neg(sg::run_op(rendezvous_op(), t, {}))};
+  };
+  sg::CompilerConfig c = reduce_overhead();
+  c.capture_error_mode = sg::CaptureErrorMode::thread_local_;  // the other thread may read
+  auto fn = sg::compile(body, sg::get_backend(c));
+  const sg::Tensor x = sg::Tensor::from_floats({-1, 2}, {2});
+  EXPECT_EQ((*fn)({x})[0].to_floats(), (std::vector<float>{-0.0F, -2}));
+  g_during_capture = nullptr;
+  EXPECT_EQ(fn->counters().captured, 1);
+  EXPECT_EQ(got_y, want_y);
+  // Replays run exactly the two captured kernels (relu, neg), not the mlp's.
+  const sg::Tensor x2 = sg::Tensor::from_floats({3, -4}, {2});
+  EXPECT_EQ((*fn)({x2})[0].to_floats(), (std::vector<float>{-3, -0.0F}));
+  EXPECT_NE(fn->explain().find(": 2 nodes"), std::string::npos) << fn->explain();
 }
 
 TEST(compiler_capture, warmup_iters_and_reset) {
