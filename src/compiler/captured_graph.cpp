@@ -53,7 +53,10 @@ struct SymbolSource {
 // side stream, captures run on a stream of their own, made current on the
 // capturing thread for the duration. Nothing executes on it (a capture only
 // records); replays launch on the caller's current stream. One per device,
-// shared by every compiled function: captures are rare, and take turns.
+// shared by every compiled function: captures are rare, and take turns. A
+// reduce-overhead function called from inside a capture (a composite that
+// calls one) is an error: its replay would be recorded into the outer graph,
+// and its own capture would wait for the turn its caller holds.
 Stream& capture_stream() {
   // Lives as long as the device (never destroyed, like the device itself).
   static Stream* stream = [] {
@@ -69,6 +72,9 @@ std::mutex& capture_mutex() {
   static std::mutex mutex;
   return mutex;
 }
+
+// The graph this thread is capturing, or null.
+thread_local const ir::Graph* t_capturing = nullptr;
 
 std::string ptr_text(const void* p) {
   std::ostringstream out;
@@ -325,6 +331,10 @@ void CapturedGraph::reset_locked() {
 }
 
 std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs) {
+  SG_CHECK(t_capturing == nullptr, "graph @", graph_->name,
+           ": called while this thread captures graph @", t_capturing->name,
+           "; a captured function cannot call a reduce-overhead or max-autotune function "
+           "(call it outside, or compile the callee with mode eager)");
   std::lock_guard lock(mutex_);
   ++calls_;
   if (eager_forever_) return run_eagerly(inputs);
@@ -453,6 +463,12 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   const std::lock_guard capture_turn(capture_mutex());
   Stream& stream = capture_stream();
   const StreamGuard on_capture_stream(stream);
+  struct Capturing {
+    explicit Capturing(const ir::Graph* g) { t_capturing = g; }
+    ~Capturing() { t_capturing = nullptr; }
+    Capturing(const Capturing&) = delete;
+    Capturing& operator=(const Capturing&) = delete;
+  } capturing(graph_.get());
 
   // Keys of one graph never run together (order_): this key's kernels may
   // borrow the memory the other keys hold, outputs included (Note [Pool

@@ -376,14 +376,19 @@ TEST(compiler_capture, two_host_threads_calling_one_function_get_correct_results
 }
 
 // A test-only operator whose composite, while its graph is being captured,
-// has another host thread run eager work on the default stream and read it,
-// and waits for that thread: a deterministic interleaving of the two.
+// runs g_during_capture: on another host thread that it waits for (a
+// deterministic interleaving of the two), or on the capturing thread.
 std::function<void()> g_during_capture;
+bool g_on_capturing_thread = false;
 
 sg::Tensor rendezvous(std::span<const sg::Tensor* const> t, std::span<const sg::ScalarValue>) {
   if (g_during_capture && sg::any_capture_active()) {
-    std::thread other(g_during_capture);
-    other.join();
+    if (g_on_capturing_thread) {
+      g_during_capture();
+    } else {
+      std::thread other(g_during_capture);
+      other.join();
+    }
   }
   return sg::ops::relu(*t[0]);
 }
@@ -401,6 +406,13 @@ const sg::OpDef& rendezvous_op() {
   return def;
 }
 
+sg::TracedFn rendezvous_body() {
+  return [](std::span<const sg::Arg> args) -> std::vector<sg::Tensor> {
+    const sg::Tensor* t[] = {&std::get<sg::Tensor>(args[0])};
+    return {sg::ops::neg(sg::run_op(rendezvous_op(), t, {}))};
+  };
+}
+
 // Note [Captures run on a side stream]: eager work of another thread during a
 // capture runs (and is not recorded into the graph).
 TEST(compiler_capture, another_threads_eager_work_during_a_capture_runs_and_is_not_captured) {
@@ -409,13 +421,9 @@ TEST(compiler_capture, another_threads_eager_work_during_a_capture_runs_and_is_n
   const std::vector<float> want_y = mlp(std::vector<sg::Arg>{y})[0].to_floats();
   std::vector<float> got_y;
   g_during_capture = [&] { got_y = mlp(std::vector<sg::Arg>{y})[0].to_floats(); };
-  const auto body = [](std::span<const sg::Arg> args) -> std::vector<sg::Tensor> {
-    const sg::Tensor* t[] = {&std::get<sg::Tensor>(args[0])};
-    return {sg::ops::neg(sg::run_op(rendezvous_op(), t, {}))};
-  };
   sg::CompilerConfig c = reduce_overhead();
   c.capture_error_mode = sg::CaptureErrorMode::thread_local_;  // the other thread may read
-  auto fn = sg::compile(body, sg::get_backend(c));
+  auto fn = sg::compile(rendezvous_body(), sg::get_backend(c));
   const sg::Tensor x = sg::Tensor::from_floats({-1, 2}, {2});
   EXPECT_EQ((*fn)({x})[0].to_floats(), (std::vector<float>{-0.0F, -2}));
   g_during_capture = nullptr;
@@ -425,6 +433,25 @@ TEST(compiler_capture, another_threads_eager_work_during_a_capture_runs_and_is_n
   const sg::Tensor x2 = sg::Tensor::from_floats({3, -4}, {2});
   EXPECT_EQ((*fn)({x2})[0].to_floats(), (std::vector<float>{-3, -0.0F}));
   EXPECT_NE(fn->explain().find(": 2 nodes"), std::string::npos) << fn->explain();
+}
+
+TEST(compiler_capture, calling_a_captured_function_inside_a_capture_is_an_error) {
+  const sgtest::Mlp mlp;
+  auto inner = compile_mlp(mlp);
+  const sg::Tensor y = sgtest::random_tensor({2, 64}, 7);
+  g_during_capture = [&] { (void)(*inner)({y}); };
+  g_on_capturing_thread = true;
+  auto outer = sg::compile(rendezvous_body(), sg::get_backend(reduce_overhead()));
+  const sg::Tensor x = sg::Tensor::from_floats({-1, 2}, {2});
+  const std::string err = error_of([&] { (void)(*outer)({x}); });
+  g_during_capture = nullptr;
+  g_on_capturing_thread = false;
+  EXPECT_NE(err.find("graph @mlp: called while this thread captures graph @"), std::string::npos)
+      << err;
+  // Both still work: the failed capture left nothing behind.
+  EXPECT_EQ((*outer)({x})[0].to_floats(), (std::vector<float>{-0.0F, -2}));
+  EXPECT_EQ((*inner)({y})[0].to_floats(), mlp(std::vector<sg::Arg>{y})[0].to_floats());
+  EXPECT_EQ(inner->counters().captured, 1);
 }
 
 TEST(compiler_capture, warmup_iters_and_reset) {
