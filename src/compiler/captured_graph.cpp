@@ -331,10 +331,7 @@ void CapturedGraph::reset_locked() {
 }
 
 std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs) {
-  SG_CHECK(t_capturing == nullptr, "graph @", graph_->name,
-           ": called while this thread captures graph @", t_capturing->name,
-           "; a captured function cannot call a reduce-overhead or max-autotune function "
-           "(call it outside, or compile the callee with mode eager)");
+  check_not_capturing(graph_->name);
   std::lock_guard lock(mutex_);
   ++calls_;
   if (eager_forever_) return run_eagerly(inputs);
@@ -650,6 +647,13 @@ std::string CapturedGraph::explain() const {
 }
 
 }  // namespace
+
+void check_not_capturing(const std::string& callee) {
+  SG_CHECK(t_capturing == nullptr, "graph @", callee, ": called while this thread captures graph @",
+           t_capturing->name,
+           "; a captured function cannot call a reduce-overhead or max-autotune function "
+           "(call it outside, or compile the callee with mode eager)");
+}
 
 std::unique_ptr<ConcreteGraph> make_captured_graph(std::unique_ptr<ir::Graph> graph,
                                                    const CompilerConfig& config,

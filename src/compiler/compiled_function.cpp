@@ -1,6 +1,7 @@
 // compile(): trace on first call per guard set, compile, cache, run.
 #include <cstdio>
 
+#include "captured_graph.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 
@@ -19,6 +20,10 @@ CompiledFunction::CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend
 }
 
 std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
+  const CompilerConfig& config = backend_->config();
+  if (!config.force_eager && config.mode != Mode::eager) {
+    detail::check_not_capturing(options_.graph_name);  // before any lock
+  }
   std::lock_guard lock(mutex_);
   Entry* entry = nullptr;
   std::string why;
