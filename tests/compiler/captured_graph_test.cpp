@@ -264,18 +264,22 @@ sg::Tensor host_peek(std::span<const sg::Tensor* const> t, std::span<const sg::S
   (void)t[0]->to_floats();
   return sg::ops::relu(*t[0]);
 }
-sg::TensorMeta peek_shape(const sg::ShapeArgs& args) { return args.tensors[0]; }
+sg::TensorMeta same_shape(const sg::ShapeArgs& args) { return args.tensors[0]; }
+
+// Registers a test-only operator of one tensor, shaped like it, computed by
+// `composite`.
+const sg::OpDef& register_test_op(const char* name, sg::CompositeFn composite) {
+  sg::OpDef d;
+  d.schema.name = name;
+  d.schema.args = {{"x"}};
+  d.shape_fn = same_shape;
+  d.composite = composite;
+  sg::OpRegistry::instance().add(d);
+  return sg::OpRegistry::instance().get(name);
+}
 
 const sg::OpDef& peek_op() {
-  static const sg::OpDef& def = []() -> const sg::OpDef& {
-    sg::OpDef d;
-    d.schema.name = "test_host_peek";
-    d.schema.args = {{"x"}};
-    d.shape_fn = peek_shape;
-    d.composite = host_peek;
-    sg::OpRegistry::instance().add(d);
-    return sg::OpRegistry::instance().get("test_host_peek");
-  }();
+  static const sg::OpDef& def = register_test_op("test_host_peek", host_peek);
   return def;
 }
 
@@ -394,15 +398,7 @@ sg::Tensor rendezvous(std::span<const sg::Tensor* const> t, std::span<const sg::
 }
 
 const sg::OpDef& rendezvous_op() {
-  static const sg::OpDef& def = []() -> const sg::OpDef& {
-    sg::OpDef d;
-    d.schema.name = "test_rendezvous";
-    d.schema.args = {{"x"}};
-    d.shape_fn = peek_shape;
-    d.composite = rendezvous;
-    sg::OpRegistry::instance().add(d);
-    return sg::OpRegistry::instance().get("test_rendezvous");
-  }();
+  static const sg::OpDef& def = register_test_op("test_rendezvous", rendezvous);
   return def;
 }
 
