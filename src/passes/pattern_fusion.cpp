@@ -63,6 +63,7 @@
 // q, k and v) is kept working by viewing the merged output into heads first
 // and slicing the head dimension: the slice stands where the view stood.
 #include <algorithm>
+#include <string_view>
 #include <unordered_map>
 
 #include "passes_internal.h"
@@ -79,6 +80,16 @@ Users users_of(const ir::Graph& graph) {
     for (const ir::Value* v : node->operands) users[v].push_back(node.get());
   }
   return users;
+}
+
+// The nodes of operator `op`, in graph order (collected first: fusing edits
+// the node list).
+std::vector<ir::Node*> nodes_named(const ir::Graph& graph, std::string_view op) {
+  std::vector<ir::Node*> out;
+  for (const auto& node : graph.nodes()) {
+    if (node->op_name() == op) out.push_back(node.get());
+  }
+  return out;
 }
 
 bool is_output(const ir::Graph& graph, const ir::Value* v) {
@@ -267,10 +278,7 @@ bool same_attrs(const ir::Node& a, const ir::Node& b) {
 bool merge_one_rope_pair(ir::Graph& graph) {
   const auto mutated = detail::mutated_roots(graph);
   const Users users = users_of(graph);
-  std::vector<ir::Node*> ropes;
-  for (const auto& node : graph.nodes()) {
-    if (node->op_name() == "rope") ropes.push_back(node.get());
-  }
+  const std::vector<ir::Node*> ropes = nodes_named(graph, "rope");
   for (ir::Node* a : ropes) {
     HeadRange ra;
     if (!head_range(a->operands[0], ra)) continue;
@@ -305,10 +313,7 @@ bool merge_one_rope_pair(ir::Graph& graph) {
 
 void fuse_silu_mul(ir::Graph& graph) {
   const auto mutated = detail::mutated_roots(graph);
-  std::vector<ir::Node*> muls;
-  for (const auto& node : graph.nodes()) {
-    if (node->op_name() == "mul") muls.push_back(node.get());
-  }
+  const std::vector<ir::Node*> muls = nodes_named(graph, "mul");
   for (ir::Node* mul : muls) {
     for (std::size_t which = 0; which < 2; ++which) {
       ir::Value* s = mul->operands[which];
@@ -357,10 +362,7 @@ bool read_by_placed(const Users& users, const ir::Value* v) {
 bool fuse_one_add_rms_norm(ir::Graph& graph) {
   const auto mutated = detail::mutated_roots(graph);
   const Users users = users_of(graph);
-  std::vector<ir::Node*> adds;
-  for (const auto& node : graph.nodes()) {
-    if (node->op_name() == "add") adds.push_back(node.get());
-  }
+  const std::vector<ir::Node*> adds = nodes_named(graph, "add");
   for (ir::Node* add : adds) {
     ir::Value* s = add->result();
     ir::Value* x = add->operands[0];
