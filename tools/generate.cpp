@@ -92,10 +92,12 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     prefill_options.graph_name = "prefill";
     prefill_options.arg_names = {"tokens", "pos0", "kv_cache"};
     prefill_options.dynamic_dims[0] = {0};
+    prefill_options.parameters = [&model] { return model.named_parameters(); };
     prefill = compile(fn, backend, prefill_options);
     TraceOptions decode_options;
     decode_options.graph_name = "decode";
     decode_options.arg_names = {"token", "pos", "kv_cache"};
+    decode_options.parameters = prefill_options.parameters;
     decode = compile(fn, backend, decode_options);
   }
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,

@@ -20,6 +20,7 @@
 // place blocks at chosen offsets inside one arena; today every block is a
 // segment of its own (offset 0).
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sinkgraph/event.h"
 #include "sinkgraph/export.h"
 
 namespace sinkgraph {
@@ -96,6 +98,34 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   }
   [[nodiscard]] std::string last_writer() const;
 
+  // Note [Output uses]
+  // A replay's outputs live in its pool until the next replay overwrites them.
+  // Whoever uses an output (an operator launched on some stream, a host read)
+  // brackets the use with begin_use(generation) and end_use():
+  //  - begin_use returns false when the pool's generation is no longer the
+  //    output's (a later replay was launched: the output is stale); otherwise
+  //    the use is held, and begin_replay() waits on the host until every held
+  //    use has ended. Checking and holding is one step under the pool's lock,
+  //    so no replay can start between a successful check and the use.
+  //  - a use that queued device work leaves a fence (an event recorded after
+  //    the work); the next replay into the pool waits for it on the device,
+  //    whatever stream either runs on.
+  // begin_replay() also records `done` as the writer's fence: a host read of an
+  // output waits for the replay that wrote it (writer_fence()), even when that
+  // replay ran on another stream than the reader's. Fences also hold back the
+  // pool's memory when the pool dies (Note [Deferred frees]).
+  // `writer`, when given, receives the fence of the replay that wrote the
+  // output: a use on another stream waits for it first (a host read waits on
+  // the host), so using an output on any stream never reads it half-written.
+  bool begin_use(std::uint64_t generation, ReplayFence* writer = nullptr);
+  void end_use(ReplayFence fence = {});
+  [[nodiscard]] ReplayFence writer_fence() const;
+  // Waits for held uses to end, bumps the generation, names `writer`, moves
+  // the fences left by uses into `fences` and makes `done` the writer fence.
+  // Returns the new generation.
+  std::uint64_t begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
+                             ReplayFence done);
+
   // Note [Pool checkpoints]: graphs that never run concurrently can share the
   // memory they hold. checkpoint() records which blocks are held now;
   // restore(cp) lends every block held now but not at `cp` to the allocations
@@ -142,6 +172,10 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   std::multimap<std::size_t, Block*> lendable_;     // held, lent to captures by restore()
   std::atomic<std::uint64_t> generation_{0};
   std::string last_writer_;                     // guarded by mutex_
+  int users_ = 0;                               // held output uses (Note [Output uses])
+  std::condition_variable users_cv_;            // signalled when users_ drops to 0
+  std::vector<ReplayFence> fences_;             // left by uses since the last replay
+  ReplayFence writer_fence_;                    // the last replay's completion
   std::vector<std::unique_ptr<Block>> blocks_;  // every block of the pool
   AllocatorStats stats_;
 };
@@ -165,8 +199,11 @@ class SG_API Allocator {
   // Device-wide statistics: every pool summed, with device-wide peaks.
   [[nodiscard]] AllocatorStats stats() const;
   void reset_peak();
-  // Releases the default pool's reusable cached blocks.
+  // Releases the default pool's reusable cached blocks, and the memory of dead
+  // pools that no queued work reads any more (Note [Deferred frees]).
   void empty_cache();
+  // Bytes of dead pools still held back for queued work (Note [Deferred frees]).
+  [[nodiscard]] std::int64_t deferred_bytes();
   // Caps reserved bytes (0 = unlimited); exceeding it is an allocation error.
   void set_memory_limit(std::int64_t bytes);
 
@@ -179,6 +216,15 @@ class SG_API Allocator {
   friend class MemPool;
   void* device_alloc(std::size_t bytes, MemPool& pool);
   void device_free(void* ptr, std::size_t bytes) noexcept;
+  // Note [Deferred frees]: a dying pool whose memory queued work may still
+  // read hands its segments here; they return to the device once every fence
+  // is reached (checked on each device allocation and by empty_cache()).
+  struct Deferred {
+    std::vector<std::pair<void*, std::size_t>> segments;
+    std::vector<ReplayFence> fences;
+  };
+  void defer_free(Deferred deferred);
+  void collect_deferred(bool wait) noexcept;
 
   Device& device_;
   std::shared_ptr<MemPool> default_pool_;
@@ -186,6 +232,9 @@ class SG_API Allocator {
   std::unordered_map<std::uint64_t, std::shared_ptr<MemPool>> routes_;  // stream id -> pool
   std::atomic<std::size_t> num_routes_{0};  // lets allocate() skip the lock when no pool is routed
   std::vector<std::weak_ptr<MemPool>> pools_;
+  std::mutex deferred_mutex_;
+  std::vector<Deferred> deferred_;
+  std::atomic<std::size_t> num_deferred_{0};
   std::atomic<std::int64_t> limit_bytes_{0};
   std::atomic<std::int64_t> reserved_bytes_{0};
   std::atomic<std::int64_t> peak_reserved_bytes_{0};

@@ -4,7 +4,9 @@
 //   backend = get_backend(config, decompositions);   // get_npu_backend(compiler_config=config)
 //   fn = compile(model_fn, backend, trace_options);  // torch.compile(model, backend=...)
 //   outputs = fn({x, pos, cache});                   // traces on first call per guard set
+#include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -166,5 +168,20 @@ class SG_API CompiledFunction {
 
 SG_API std::shared_ptr<CompiledFunction> compile(TracedFn fn, std::shared_ptr<Backend> backend,
                                                  TraceOptions options = {});
+
+// A model object that lists its weights (`named_parameters()`, as PyTorch's
+// modules do) compiles with each traced param guarded on the model's own
+// tensor, so reassigning a weight re-traces (TraceOptions::parameters). The
+// model must outlive the compiled function.
+template <typename Model>
+requires requires(const Model& m, std::span<const Arg> a) {
+  { m.named_parameters() } -> std::convertible_to<NamedTensors>;
+  { m(a) } -> std::convertible_to<std::vector<Tensor>>;
+}
+std::shared_ptr<CompiledFunction> compile(const Model& model, std::shared_ptr<Backend> backend,
+                                          TraceOptions options = {}) {
+  if (!options.parameters) options.parameters = [&model] { return model.named_parameters(); };
+  return compile(TracedFn(std::cref(model)), std::move(backend), std::move(options));
+}
 
 }  // namespace sinkgraph

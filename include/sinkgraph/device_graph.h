@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "sinkgraph/allocator.h"
+#include "sinkgraph/event.h"
 #include "sinkgraph/export.h"
 #include "sinkgraph/kernel_abi.h"
 #include "sinkgraph/stream.h"
@@ -42,6 +43,10 @@ struct UpdateSlot {
 struct GraphNode {
   KernelFn fn = nullptr;
   const char* name = "";
+  // Names the node in a kernel error raised during a replay ("node #7
+  // index_copy_ %k3"): a kernel that fails inside a replay names itself, not
+  // the replay entry (empty: the operator name is used).
+  std::string label;
   ArgBlock args{};
   int stream = 0;         // 0: the origin stream; 1..: forked streams in join order
   std::vector<int> deps;  // indices of earlier nodes
@@ -102,6 +107,29 @@ class SG_API GraphExec {
   void launch(Stream& stream, std::span<const std::int64_t> sym_values,
               std::span<const ReplayCopy> copies = {},
               const std::shared_ptr<ReplayOrder>& order = nullptr);
+
+  // Everything a replay can carry besides its sym values, all run inside the
+  // replay's one queue entry: fences it waits for first, copies into the
+  // static inputs, and copies out of the outputs (clone_output) after the
+  // last node, so the next replay cannot overwrite an output before its copy
+  // ran, whatever stream that replay is launched on. `done`, when set, is
+  // completed with `done_generation` at the very end (a host read of an
+  // output waits for it).
+  struct LaunchOptions {
+    std::span<const ReplayCopy> copies_in;
+    std::span<const ReplayCopy> copies_out;
+    std::shared_ptr<ReplayOrder> order;
+    std::span<const ReplayFence> wait_for;
+    std::shared_ptr<EventState> done;
+    std::uint64_t done_generation = 0;
+  };
+  // Throws before taking any ticket when the launch cannot happen (the stream
+  // is capturing, or another capture forbids it), so a refused launch never
+  // leaves a later replay waiting for one that never ran.
+  void launch(Stream& stream, std::span<const std::int64_t> sym_values,
+              const LaunchOptions& options);
+  // Throws what launch() would throw before enqueueing anything on `stream`.
+  void check_can_launch(const Stream& stream) const;
   [[nodiscard]] std::size_t num_nodes() const { return nodes_.size(); }
   [[nodiscard]] int num_streams() const { return static_cast<int>(branches_.size()) + 1; }
   [[nodiscard]] const std::vector<std::string>& symbols() const { return symbols_; }
@@ -138,6 +166,7 @@ class SG_API GraphExec {
   void give_back(Replay* replay);
 
   std::vector<Node> nodes_;
+  std::vector<std::string> labels_;  // per node: what a kernel error names
   std::vector<std::uint64_t> args_;  // the packed argument blocks (8-byte aligned)
   std::vector<int> cross_deps_;
   std::vector<Update> updates_;

@@ -18,6 +18,21 @@ struct EventState {
   std::atomic<std::int64_t> timestamp_ns{0};
 };
 
+// A point in one stream's work: reached once `state->completed` >= `generation`
+// (an Event's record marker, or a replay's completion). Graph replays wait for
+// fences before they overwrite memory that other work may still read (Note
+// [Output uses] in allocator.h).
+struct SG_API ReplayFence {
+  std::uint64_t stream_id = 0;  // the stream the marker was recorded on (0: none)
+  std::shared_ptr<EventState> state;
+  std::uint64_t generation = 0;
+  [[nodiscard]] bool reached() const {
+    return state == nullptr || state->completed.load(std::memory_order_acquire) >= generation;
+  }
+  // Blocks the host until reached (spin briefly, then futex-wait).
+  void wait() const;
+};
+
 class SG_API Event {
  public:
   Event();

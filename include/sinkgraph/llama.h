@@ -69,6 +69,10 @@ class SG_API LlamaModel {
   [[nodiscard]] Tensor new_kv_cache() const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).
   [[nodiscard]] TracedFn as_function() const;
+  // Every weight by its checkpoint name ("layers.0.attention.wq.weight"), as
+  // the tensors the model holds: compile() guards each traced param on them
+  // (TraceOptions::parameters).
+  [[nodiscard]] NamedTensors named_parameters() const;
 
  private:
   LlamaConfig config_;

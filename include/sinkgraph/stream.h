@@ -16,6 +16,7 @@
 namespace sinkgraph {
 
 class Event;
+struct ReplayFence;
 class DeviceGraph;
 class MemPool;
 struct CaptureState;
@@ -75,12 +76,21 @@ class SG_API Stream {
   virtual void record(Event& event) = 0;
   // Work enqueued after this waits for `event`'s last record to complete.
   virtual void wait(const Event& event) = 0;
+  // Work enqueued after this waits until `fence` is reached (a graph replay's
+  // completion: Note [Output uses] in allocator.h). Not recordable: a
+  // capturing stream must not be given one.
+  virtual void wait(const ReplayFence& fence) = 0;
   // Waits for all enqueued work; raises a sticky kernel error, if any.
   virtual void synchronize() = 0;
   // True when all enqueued work has completed.
   [[nodiscard]] virtual bool query() const = 0;
   // Raises (and clears) a sticky kernel error without waiting.
   void check_error();
+  // Throws the error launch() would throw for a kernel named `name` (this
+  // stream is capturing, or a capture elsewhere forbids launches here),
+  // without launching anything. A launch made of several entries (a graph
+  // replay) checks first, so it is either refused whole or enqueued whole.
+  void check_can_launch(const char* name) const;
 
   // Records launches instead of running them until end_capture(); every
   // allocation for this stream comes from `pool` meanwhile.

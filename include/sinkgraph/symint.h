@@ -55,6 +55,10 @@ class SG_API SymInt {
   friend SG_API SymInt floordiv(const SymInt& a, const SymInt& b);
   friend SG_API SymInt mod(const SymInt& a, const SymInt& b);
   // Structural (canonical) equality: true iff provably equal for all bindings.
+  // Note [Comparing symbolic sizes]: while model code is traced, a comparison
+  // whose answer depends on a symbol's value (s0 == 3) throws instead of
+  // answering false, because the branch it decides would be baked into the
+  // graph for every value (see set_strict_symbolic_compare()).
   friend SG_API bool operator==(const SymInt& a, const SymInt& b);
 
  private:
@@ -116,5 +120,11 @@ SG_API SymInt floordiv(const SymInt& a, const SymInt& b);
 SG_API SymInt mod(const SymInt& a, const SymInt& b);
 
 SG_API std::string to_string(const SymInt& value);
+
+// Note [Comparing symbolic sizes]: when on (the tracer turns it on around the
+// traced function, and off inside shape functions, which ask "provably equal"
+// on purpose), == between values whose difference is symbolic throws
+// sinkgraph::Error. Per thread; returns the previous setting.
+SG_API bool set_strict_symbolic_compare(bool on);
 
 }  // namespace sinkgraph

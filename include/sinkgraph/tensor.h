@@ -4,6 +4,7 @@
 // Every method that touches data goes through the device's streams: creating a
 // tensor from host values enqueues the copy; reading values on the host
 // synchronizes the current stream first (and so raises sticky kernel errors).
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -30,9 +31,17 @@ class SG_API Storage {
   // Swaps in new memory (see Tensor::relocate_).
   void replace(DataPtr data) { data_ = std::move(data); }
 
+  // Note [Version counters]
+  // Bumped by every in-place operator that writes this storage (through any
+  // view), as torch.Tensor._version: a captured graph that folded a frozen
+  // parameter's values checks it on every call and refuses a changed one.
+  [[nodiscard]] std::uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_acq_rel); }
+
  private:
   Device& device_;
   DataPtr data_;
+  std::atomic<std::uint64_t> version_{0};
 };
 
 // Tensors produced while tracing carry a TraceInfo instead of storage: their
@@ -50,8 +59,8 @@ class SG_API TraceInfo {
 // Marks a tensor as an output of a graph replay (Note [Stale outputs] in
 // compiler.h): valid while its pool's generation is still `generation`.
 struct OutputStamp {
-  MemPool* pool = nullptr;  // kept alive by the tensor's storage
-  std::string origin;       // "output 0 of graph @decode"
+  std::shared_ptr<MemPool> pool;
+  std::string origin;  // "output 0 of graph @decode"
 };
 
 class SG_API Tensor {
@@ -151,6 +160,18 @@ class SG_API Tensor {
   void copy_stamp_from(const Tensor& base) {
     stamp_ = base.stamp_;
     stamp_generation_ = base.stamp_generation_;
+  }
+  // Holds off the next replay into the output's pool for the duration of a use
+  // (Note [Output uses] in allocator.h); throws the stale-output error when a
+  // later replay was already launched. Returns the pool to release with
+  // MemPool::end_use(), or null for an unstamped tensor.
+  // `writer`, when given, receives the fence of the replay that wrote it.
+  [[nodiscard]] MemPool* begin_output_use(const char* use, ReplayFence* writer = nullptr) const {
+    if (stamp_ == nullptr) return nullptr;
+    if (!stamp_->pool->begin_use(stamp_generation_, writer)) [[unlikely]] {
+      throw_stale(use);
+    }
+    return stamp_->pool.get();
   }
 
  private:

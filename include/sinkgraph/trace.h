@@ -37,8 +37,18 @@ using Decomposition =
     std::function<Tensor(std::span<const Tensor> tensors, std::span<const ScalarValue> scalars)>;
 using Decompositions = std::map<std::string, Decomposition>;
 
+// The parameters a model reads, by name, as the tensors it holds them in
+// (`module.named_parameters()`): see TraceOptions::parameters.
+using NamedTensors = std::vector<std::pair<std::string, const Tensor*>>;
+
 struct TraceOptions {
   std::string graph_name = "main";
+  // Where the model keeps its parameters. Like Dynamo's guards on module
+  // attributes, every lifted param read through one of these tensors is
+  // guarded on that tensor: reassigning it (`model.wq = other`) re-traces
+  // instead of replaying the old weights. The tensors must outlive the
+  // compiled function. compile() fills it from a model's named_parameters().
+  std::function<NamedTensors()> parameters;
   // Names of the arguments (defaults: a0, a1, ...); sym inputs bind these names.
   std::vector<std::string> arg_names;
   // For each argument index, the dims that are dynamic (become symbols s0, s1, ...).
@@ -54,10 +64,30 @@ struct ArgGuard {
   DeviceType device = DeviceType::cpu;
   std::vector<std::int64_t> dims;  // -1: dynamic
   std::int64_t value = 0;          // integer: the specialized value
+  // Layout: traced as contiguous or not; a non-contiguous tensor of static
+  // shape also guards its exact strides.
+  bool contiguous = true;
+  std::vector<std::int64_t> strides;
+  // Aliasing with the first earlier argument that shares its storage.
+  enum class Alias : std::uint8_t { none, same, disjoint };
+  Alias alias = Alias::none;
+  int alias_of = -1;
+};
+
+// A param read through a tensor the model listed (TraceOptions::parameters):
+// the call must still find that tensor viewing the same memory.
+struct ParamGuard {
+  std::string name;
+  const Tensor* handle = nullptr;
+  const void* storage = nullptr;
+  std::int64_t offset = 0;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape, strides;
 };
 
 struct SG_API Guards {
   std::vector<ArgGuard> args;
+  std::vector<ParamGuard> params;
   // True when `args` satisfy every guard; otherwise `why` says which failed.
   bool check(std::span<const Arg> call_args, std::string* why = nullptr) const;
   [[nodiscard]] std::string str() const;

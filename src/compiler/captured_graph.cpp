@@ -1,11 +1,7 @@
-// CapturedGraph: one device graph per graph key, replayed with one launch.
-//
-// Note [Graph keys]
-// A graph key is the values of the syms that feed shapes or fixed
-// (non-updatable) arguments, plus the addresses of params unless
-// frozen_parameter. A sym that feeds only updatable slots (a decode position)
-// is not in the key: one capture serves every value, and each replay writes
-// the value into the captured nodes.
+// CapturedGraph: one device graph per graph key (Note [Graph keys] in
+// graph_signature.h), captured on first use and replayed with one launch. The
+// signature (binding, keys) and the policy (counters, limits, explain's log)
+// live in their own files; this one holds capture and replay.
 #include "captured_graph.h"
 
 #include <algorithm>
@@ -15,7 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "capture_policy.h"
 #include "data_dump.h"
+#include "graph_signature.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
@@ -25,24 +23,6 @@
 namespace sinkgraph::detail {
 
 namespace {
-
-void collect(const SymInt& v, std::set<std::string>& out) {
-  for (auto& s : v.free_symbols()) out.insert(std::move(s));
-}
-
-void collect(const ScalarValue& v, std::set<std::string>& out) {
-  if (const auto* s = std::get_if<SymInt>(&v)) collect(*s, out);
-  if (const auto* list = std::get_if<std::vector<SymInt>>(&v)) {
-    for (const auto& d : *list) collect(d, out);
-  }
-}
-
-// Where a symbol's value comes from in a call: a sym input, or an input dim.
-struct SymbolSource {
-  std::string name;
-  int input = 0;
-  int dim = -1;  // -1: the input is a sym
-};
 
 // Note [Captures run on a side stream]
 // A capture records every launch made on its stream, by any thread. Capturing
@@ -76,18 +56,15 @@ std::mutex& capture_mutex() {
 // The graph this thread is capturing, or null.
 thread_local const ir::Graph* t_capturing = nullptr;
 
-std::string ptr_text(const void* p) {
-  std::ostringstream out;
-  out << p;
-  return out.str();
-}
-
 class CapturedGraph final : public ConcreteGraph {
  public:
   CapturedGraph(std::unique_ptr<ir::Graph> graph, CompilerConfig config,
                 std::vector<std::string> notes)
-      : graph_(std::move(graph)), config_(std::move(config)), notes_(std::move(notes)) {
-    analyze();
+      : graph_(std::move(graph)),
+        config_(std::move(config)),
+        notes_(std::move(notes)),
+        signature_(*graph_, config_.frozen_parameter, config_.clone_input),
+        policy_(graph_->name, config_.capture_limit) {
     copy_kernel_ =
         OpRegistry::instance().get("copy_").kernels[static_cast<std::size_t>(DeviceType::cpu)];
   }
@@ -108,7 +85,7 @@ class CapturedGraph final : public ConcreteGraph {
   }
   [[nodiscard]] GraphCounters counters() const override {
     std::lock_guard lock(mutex_);
-    GraphCounters c = counters_;
+    GraphCounters c = policy_.counters();
     std::set<const MemPool*> seen;
     for (const auto& e : entries_) {
       if (seen.insert(e->pool.get()).second)
@@ -121,11 +98,13 @@ class CapturedGraph final : public ConcreteGraph {
   void reset() override {
     std::lock_guard lock(mutex_);
     reset_locked();
+    policy_.on_reset();
   }
 
  private:
+  // One captured device graph: a graph key's capture and what its replays need.
   struct Entry {
-    std::vector<std::int64_t> key;
+    GraphKey key;
     std::shared_ptr<MemPool> pool;
     // Note [Memory planning]: every planned intermediate lives in this one
     // allocation, held as long as the captured graph that writes it.
@@ -134,9 +113,9 @@ class CapturedGraph final : public ConcreteGraph {
     std::int64_t lower_bound_bytes = 0;  // liveness lower bound of the intermediates
     DeviceGraph device_graph;
     std::unique_ptr<GraphExec> exec;
-    std::vector<Tensor> static_inputs;       // per graph input (user inputs only)
-    std::vector<const void*> mutated_addrs;  // per graph input (mutated only)
-    std::vector<const void*> param_addrs;    // per graph input (params only)
+    std::vector<Tensor> static_inputs;        // per graph input (user inputs only)
+    std::vector<ir::RtValue> capture_inputs;  // per graph input: what the capture ran on
+    std::vector<const void*> param_addrs;     // per param input
     std::vector<Tensor> outputs;
     std::vector<std::shared_ptr<const OutputStamp>> stamps;
     std::int64_t replays = 0;
@@ -144,302 +123,134 @@ class CapturedGraph final : public ConcreteGraph {
     std::int64_t pool_bytes = 0;
   };
 
-  void analyze();
-  void bind(std::span<const ir::RtValue> inputs, std::vector<std::int64_t>& values) const;
-  std::vector<std::int64_t> key_of(std::span<const ir::RtValue> inputs,
-                                   const std::vector<std::int64_t>& values) const;
-  std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs,
-                                 std::vector<std::int64_t> key);
+  std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs, GraphKey key);
   std::vector<ir::RtValue> replay(Entry& e, std::span<const ir::RtValue> inputs,
                                   const std::vector<std::int64_t>& values);
-  std::vector<ir::RtValue> run_eagerly(std::span<const ir::RtValue> inputs);
-  void log(const std::string& line) {
-    log_.push_back("call " + std::to_string(calls_) + ": " + line);
+  std::vector<ir::RtValue> run_eagerly(std::span<const ir::RtValue> inputs) {
+    policy_.on_eager_fallback_call();
+    return ir::interpret(*graph_, inputs);
   }
-  void reset_locked();
-  const void* address(const ir::RtValue& v) const { return std::get<Tensor>(v).data_ptr(); }
+  void check_frozen_params(std::span<const ir::RtValue> inputs, const Entry* entry);
+  void reset_locked() {
+    entries_.clear();  // ~GraphExec waits for its queued replays; pools free in stream order
+    shared_pool_.reset();
+  }
+  const Tensor& tensor(std::span<const ir::RtValue> inputs, int i) const {
+    return std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
+  }
+  const std::string& input_name(int i) const {
+    return graph_->inputs()[static_cast<std::size_t>(i)]->name;
+  }
 
   std::unique_ptr<ir::Graph> graph_;
   CompilerConfig config_;
   std::vector<std::string> notes_;
+  GraphSignature signature_;
   KernelFn copy_kernel_ = nullptr;
-  std::vector<ReplayCopy> copies_;  // scratch for replay(), so a call allocates no vector
   std::string writer_name_ = "graph @" + graph_->name;
 
-  // Analysis (Note [Graph keys]).
-  std::vector<SymbolSource> symbols_;  // every bound symbol, in binding order
-  bool has_derived_dims_ = false;      // an input dim is an expression, not a plain symbol
-  std::vector<std::string> symbol_names_;
-  std::vector<int> key_symbols_;  // indices into symbols_
-  std::vector<int> param_inputs_, user_inputs_, mutated_inputs_;
-  std::vector<int> output_alias_;  // per output: the input it aliases, or -1
-  struct Updatable {
-    const ir::Node* node;
-    int scalar_index;
-    SymInt expr;
-  };
-  std::vector<Updatable> updatables_;
-
   mutable std::mutex mutex_;
+  CapturePolicy policy_;
+  // Scratch for replay(), reused so that a call allocates no vectors.
+  std::vector<ReplayCopy> copies_in_, copies_out_;
+  std::vector<ReplayFence> fences_, input_fences_;
+  std::vector<MemPool*> input_uses_;
   std::shared_ptr<MemPool> shared_pool_;
   MemPool::Checkpoint shared_base_;  // shared_pool_ before any capture
   // Keys share memory, so their replays never overlap, whatever the stream.
   std::shared_ptr<ReplayOrder> order_ = std::make_shared<ReplayOrder>();
+  // Completed by each replay at its end: what host reads of outputs wait for.
+  std::shared_ptr<EventState> done_ = std::make_shared<EventState>();
+  std::uint64_t done_generation_ = 0;
   std::vector<std::unique_ptr<Entry>> entries_;
-  std::size_t distinct_keys_ = 0;
-  bool eager_forever_ = false;
+  // Note [Version counters]: under frozen_parameter, the params' versions when
+  // the graph was compiled (their values may be folded into it).
+  std::vector<std::uint64_t> frozen_versions_;
   bool dumped_ = false;
-  GraphCounters counters_;
-  std::int64_t calls_ = 0;
-  std::vector<std::string> log_;
 };
 
-void CapturedGraph::analyze() {
-  const auto& inputs = graph_->inputs();
-  std::set<std::string> bound;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const ir::Value* in = inputs[i];
-    switch (in->kind) {
-      case ir::InputKind::sym:
-        symbols_.push_back({in->name, static_cast<int>(i), -1});
-        bound.insert(in->name);
-        break;
-      case ir::InputKind::param:
-        param_inputs_.push_back(static_cast<int>(i));
-        break;
-      case ir::InputKind::input:
-        user_inputs_.push_back(static_cast<int>(i));
-        break;
-      case ir::InputKind::mutated:
-        mutated_inputs_.push_back(static_cast<int>(i));
-        break;
+void CapturedGraph::check_frozen_params(std::span<const ir::RtValue> inputs, const Entry* entry) {
+  if (!config_.frozen_parameter) return;
+  const std::vector<int>& params = signature_.param_inputs();
+  if (frozen_versions_.empty() && !params.empty()) {
+    // The first call compiled the graph: its values are the folded ones.
+    for (const int p : params) frozen_versions_.push_back(tensor(inputs, p).storage()->version());
+  }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const Tensor& t = tensor(inputs, params[k]);
+    SG_CHECK(t.storage()->version() == frozen_versions_[k], "graph @", graph_->name, ": param %",
+             input_name(params[k]),
+             " was written in place after the graph was compiled, but frozen_parameter promises "
+             "params never change (their values may be folded into the graph, which would "
+             "silently use the old ones); set frozen_parameter=false, or compile again after "
+             "updating the weights");
+    if (entry != nullptr) {
+      SG_CHECK(t.data_ptr() == entry->param_addrs[k], "graph @", graph_->name, ": param %",
+               input_name(params[k]), " moved from ", entry->param_addrs[k], " to ", t.data_ptr(),
+               ", but frozen_parameter promises params never move (the captured graph would read "
+               "the old memory); keep the params in place or set frozen_parameter=false");
     }
   }
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const ir::Value* in = inputs[i];
-    if (in->is_sym) continue;
-    for (int d = 0; d < in->meta.shape.size(); ++d) {
-      const SymInt& dim = in->meta.shape[d];
-      const auto syms = dim.free_symbols();
-      if (syms.size() == 1 && dim == SymInt::symbol(syms[0]) && !bound.contains(syms[0])) {
-        symbols_.push_back({syms[0], static_cast<int>(i), d});
-        bound.insert(syms[0]);
-      } else if (dim.is_symbolic()) {
-        has_derived_dims_ = true;  // checked by bind_symbols on every call
-      }
-    }
-  }
-  for (const auto& s : symbols_) symbol_names_.push_back(s.name);
-
-  // Symbols that feed shapes or fixed arguments are in the key.
-  std::set<std::string> keyed;
-  for (const ir::Value* in : inputs) {
-    if (!in->is_sym) {
-      for (const auto& d : in->meta.shape) collect(d, keyed);
-    }
-  }
-  for (const auto& node : graph_->nodes()) {
-    for (const auto& d : node->result()->meta.shape) collect(d, keyed);
-    int scalar = 0;
-    std::size_t attr = 0;
-    for (const ArgSpec& spec : node->op->schema.args) {
-      if (spec.kind == ArgKind::tensor || spec.kind == ArgKind::tensor_list) continue;
-      const ScalarValue& value = node->attrs[attr++].value;
-      const bool in_block = spec.kind != ArgKind::int_list;
-      const auto* sym = std::get_if<SymInt>(&value);
-      if (spec.updatable && sym != nullptr && sym->is_symbolic()) {
-        updatables_.push_back({node.get(), scalar, *sym});
-      } else {
-        collect(value, keyed);
-      }
-      if (in_block) ++scalar;
-    }
-  }
-  for (std::size_t i = 0; i < symbols_.size(); ++i) {
-    if (keyed.contains(symbols_[i].name)) key_symbols_.push_back(static_cast<int>(i));
-  }
-
-  // Outputs that are (in-place results of) inputs return the caller's tensor
-  // (in-place operators, and `reuse` hints: Note [Placement hints] in ir.h).
-  for (const ir::Value* out : graph_->outputs) {
-    const ir::Value* v = out;
-    while (v->producer != nullptr && v->producer->aliased_operand() >= 0 &&
-           !v->producer->op->schema.is_view) {
-      v = v->producer->operands[static_cast<std::size_t>(v->producer->aliased_operand())];
-    }
-    int alias = -1;
-    if (v->is_input()) {
-      alias = static_cast<int>(std::find(inputs.begin(), inputs.end(), v) - inputs.begin());
-    }
-    output_alias_.push_back(alias);
-  }
-}
-
-void CapturedGraph::bind(std::span<const ir::RtValue> inputs,
-                         std::vector<std::int64_t>& values) const {
-  const auto& ins = graph_->inputs();
-  SG_CHECK(inputs.size() == ins.size(), "graph @", graph_->name, " takes ", ins.size(),
-           " inputs, got ", inputs.size());
-  // Cheap checks of the common case; anything unusual gets bind_symbols' full
-  // validation and its error message.
-  bool simple = true;
-  for (std::size_t i = 0; i < ins.size() && simple; ++i) {
-    if (ins[i]->is_sym) {
-      simple = std::holds_alternative<std::int64_t>(inputs[i]);
-      continue;
-    }
-    const Tensor* t = std::get_if<Tensor>(&inputs[i]);
-    simple = t != nullptr && t->defined() && t->dtype() == ins[i]->meta.dtype &&
-             t->ndim() == ins[i]->meta.shape.size();
-    for (int d = 0; simple && d < t->ndim(); ++d) {
-      const auto want = ins[i]->meta.shape[d].maybe_value();
-      simple = !want || *want == t->size(d);
-    }
-    if (simple) t->check_not_stale("input of a graph replay");
-  }
-  if (!simple || has_derived_dims_) (void)ir::bind_symbols(*graph_, inputs);
-  values.resize(symbols_.size());
-  for (std::size_t i = 0; i < symbols_.size(); ++i) {
-    const SymbolSource& s = symbols_[i];
-    const ir::RtValue& in = inputs[static_cast<std::size_t>(s.input)];
-    values[i] = s.dim < 0 ? std::get<std::int64_t>(in) : std::get<Tensor>(in).size(s.dim);
-  }
-}
-
-std::vector<std::int64_t> CapturedGraph::key_of(std::span<const ir::RtValue> inputs,
-                                                const std::vector<std::int64_t>& values) const {
-  std::vector<std::int64_t> key;
-  key.reserve(key_symbols_.size() + param_inputs_.size());
-  for (const int k : key_symbols_) key.push_back(values[static_cast<std::size_t>(k)]);
-  if (!config_.frozen_parameter) {
-    for (const int p : param_inputs_) {
-      key.push_back(static_cast<std::int64_t>(
-          reinterpret_cast<std::uintptr_t>(address(inputs[static_cast<std::size_t>(p)]))));
-    }
-  }
-  return key;
-}
-
-std::vector<ir::RtValue> CapturedGraph::run_eagerly(std::span<const ir::RtValue> inputs) {
-  ++counters_.eager_fallback_due_to_capture_limit;
-  return ir::interpret(*graph_, inputs);
-}
-
-void CapturedGraph::reset_locked() {
-  entries_.clear();  // ~GraphExec waits for its queued replays
-  shared_pool_.reset();
 }
 
 std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs) {
   check_not_capturing(graph_->name);
   std::lock_guard lock(mutex_);
-  ++calls_;
-  if (eager_forever_) return run_eagerly(inputs);
+  policy_.note_call();
+  if (policy_.eager_forever()) return run_eagerly(inputs);
   std::vector<std::int64_t> values;
-  bind(inputs, values);
-  const std::vector<std::int64_t> key = key_of(inputs, values);
-  const std::size_t sym_part = key_symbols_.size();
+  signature_.bind(inputs, values);
+  GraphKey key = signature_.key_of(inputs, values);
 
   Entry* entry = nullptr;
   for (auto& e : entries_) {
     if (e->key == key) entry = e.get();
   }
-  std::string reason;
-  bool recapture = false;
+  check_frozen_params(inputs, entry);
+  if (entry != nullptr && !config_.force_recapture) return replay(*entry, inputs, values);
+
+  std::string why;
+  KeyChange change = KeyChange::first;
   if (entry != nullptr) {
-    for (std::size_t m = 0; m < mutated_inputs_.size(); ++m) {
-      const void* now = address(inputs[static_cast<std::size_t>(mutated_inputs_[m])]);
-      if (now != entry->mutated_addrs[m]) {
-        reason = "mutated input %" +
-                 graph_->inputs()[static_cast<std::size_t>(mutated_inputs_[m])]->name +
-                 " moved from " + ptr_text(entry->mutated_addrs[m]) + " to " + ptr_text(now) +
-                 " (captured kernels write its old address)";
-        ++counters_.recapture_due_to_mutated_input_change;
-        recapture = true;
-        break;
-      }
-    }
-    if (!recapture && config_.force_recapture) {
-      reason = "force_recapture";
-      ++counters_.recapture_due_to_force_recapture;
-      recapture = true;
-    }
-    if (config_.frozen_parameter) {
-      for (std::size_t p = 0; p < param_inputs_.size(); ++p) {
-        const void* now = address(inputs[static_cast<std::size_t>(param_inputs_[p])]);
-        SG_CHECK(now == entry->param_addrs[p], "graph @", graph_->name, ": param %",
-                 graph_->inputs()[static_cast<std::size_t>(param_inputs_[p])]->name, " moved from ",
-                 ptr_text(entry->param_addrs[p]), " to ", ptr_text(now),
-                 ", but frozen_parameter promises params never move (the captured graph would read "
-                 "the old memory); keep the params in place or set frozen_parameter=false");
-      }
-    }
+    why = "force_recapture";
   } else {
-    // A new key: say which part is new.
-    std::string values_text;
-    for (std::size_t k = 0; k < sym_part; ++k) {
-      values_text += (k > 0 ? ", " : "") +
-                     symbols_[static_cast<std::size_t>(key_symbols_[k])].name + "=" +
-                     std::to_string(key[k]);
-    }
-    bool same_syms_other_params = false;
-    for (const auto& e : entries_) {
-      if (std::equal(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(sym_part),
-                     e->key.begin())) {
-        same_syms_other_params = true;
-      }
-    }
-    if (entries_.empty() && distinct_keys_ == 0) {
-      reason = "first call";
-    } else if (same_syms_other_params) {
-      reason = "a param moved (params' addresses are part of the key unless frozen_parameter)";
-      ++counters_.recapture_due_to_parameter_change;
-    } else {
-      reason = "new graph key";
-    }
-    if (!values_text.empty()) reason += " [" + values_text + "]";
-    if (static_cast<std::int64_t>(distinct_keys_) >= config_.capture_limit) {
-      const std::string msg = "graph @" + graph_->name + ": capture_limit (" +
-                              std::to_string(config_.capture_limit) + ") reached at " + reason +
-                              "; freeing its captured graphs and running it eagerly from now on";
-      std::fprintf(stderr, "sinkgraph: warning: %s\n", msg.c_str());
-      log("fallback: " + msg);
+    std::vector<GraphKey> known;
+    known.reserve(entries_.size());
+    for (const auto& e : entries_) known.push_back(e->key);
+    change = signature_.classify(key, known, why);
+    if (!policy_.admit_new_key(why)) {
       reset_locked();
-      eager_forever_ = true;
       return run_eagerly(inputs);
     }
   }
-  if (entry == nullptr || recapture) {
-    if (!config_.data_dump.empty() &&
-        !dumped_) {  // one eager run, node by node, to compare against replay
-      dumped_ = true;
-      (void)interpret_and_dump(*graph_, inputs, config_.data_dump);
-    }
-    for (std::int64_t w = 0; w < config_.warmup_iters; ++w) (void)ir::interpret(*graph_, inputs);
-    std::unique_ptr<Entry> fresh = capture(inputs, key);
-    log((recapture ? "re-capture: " : "capture: ") + reason + "; " +
-        std::to_string(fresh->device_graph.nodes.size()) + " nodes in " +
-        std::to_string(fresh->capture_ms).substr(0, 6) + " ms, pool '" + fresh->pool->name() +
-        "' reserves " + std::to_string(fresh->pool_bytes) + " B");
-    ++counters_.captured;
-    if (recapture) {
-      for (auto& e : entries_) {
-        if (e.get() == entry) {
-          e = std::move(fresh);
-          entry = e.get();
-        }
+  if (!config_.data_dump.empty() && !dumped_) {
+    dumped_ = true;  // one eager run, node by node, to compare against replay
+    (void)interpret_and_dump(*graph_, inputs, config_.data_dump);
+  }
+  for (std::int64_t w = 0; w < config_.warmup_iters; ++w) (void)ir::interpret(*graph_, inputs);
+  std::unique_ptr<Entry> fresh = capture(inputs, std::move(key));
+  const bool forced = entry != nullptr;
+  policy_.on_capture(change, forced, why);
+  policy_.log((forced ? "re-capture: " : "capture: ") + why + "; " +
+              std::to_string(fresh->device_graph.nodes.size()) + " nodes in " +
+              std::to_string(fresh->capture_ms).substr(0, 6) + " ms, pool '" + fresh->pool->name() +
+              "' reserves " + std::to_string(fresh->pool_bytes) + " B");
+  if (forced) {
+    for (auto& e : entries_) {
+      if (e.get() == entry) {
+        e = std::move(fresh);  // the old graph dies here: its memory frees in stream order
+        entry = e.get();
       }
-    } else {
-      ++distinct_keys_;
-      entries_.push_back(std::move(fresh));
-      entry = entries_.back().get();
     }
+  } else {
+    entries_.push_back(std::move(fresh));
+    entry = entries_.back().get();
   }
   return replay(*entry, inputs, values);
 }
 
 std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir::RtValue> inputs,
-                                                             std::vector<std::int64_t> key) {
+                                                             GraphKey key) {
   const auto start = std::chrono::steady_clock::now();
   auto e = std::make_unique<Entry>();
   e->key = std::move(key);
@@ -476,29 +287,26 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   // Static inputs: the graph reads user inputs from buffers it owns (or, with
   // clone_input=false, from the first caller's tensor), params and mutated
   // inputs in place.
-  std::vector<ir::RtValue> capture_inputs(inputs.begin(), inputs.end());
+  e->capture_inputs.assign(inputs.begin(), inputs.end());
   e->static_inputs.resize(inputs.size());
-  e->mutated_addrs.clear();
-  e->param_addrs.clear();
-  for (const int i : user_inputs_) {
-    const auto& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
+  for (const int i : signature_.user_inputs()) {
+    const auto index = static_cast<std::size_t>(i);
+    const Tensor& caller = tensor(inputs, i);
     if (config_.clone_input) {
       PoolScope scope(stream, e->pool);
-      e->static_inputs[static_cast<std::size_t>(i)] = Tensor::empty(caller.shape(), caller.dtype());
+      e->static_inputs[index] = Tensor::empty(caller.shape(), caller.dtype());
     } else {
-      e->static_inputs[static_cast<std::size_t>(i)] = caller;
+      e->static_inputs[index] = caller;
     }
-    capture_inputs[static_cast<std::size_t>(i)] = e->static_inputs[static_cast<std::size_t>(i)];
+    e->capture_inputs[index] = e->static_inputs[index];
   }
-  for (const int i : mutated_inputs_)
-    e->mutated_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
-  for (const int i : param_inputs_)
-    e->param_addrs.push_back(address(inputs[static_cast<std::size_t>(i)]));
+  for (const int i : signature_.param_inputs())
+    e->param_addrs.push_back(tensor(inputs, i).data_ptr());
 
   // Note [Memory planning] in passes.h: shapes are concrete for this key.
   // max-autotune places every fresh intermediate at its planned offset in one
   // arena; the other modes only measure the liveness lower bound.
-  const SymBindings bindings = ir::bind_symbols(*graph_, capture_inputs);
+  const SymBindings bindings = ir::bind_symbols(*graph_, e->capture_inputs);
   const bool planned = config_.mode == Mode::max_autotune && config_.memory_planning;
   const passes::MemoryPlan plan = passes::plan_memory(*graph_, bindings, planned);
   e->lower_bound_bytes = plan.lower_bound_bytes;
@@ -526,7 +334,7 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
       e->planned_bytes = plan.arena_bytes;
     }
     outputs = ir::interpret(
-        *graph_, capture_inputs,
+        *graph_, e->capture_inputs,
         [&](const ir::Node& node, const Tensor&) {
           launched.emplace_back(&node, stream.capture_size());
         },
@@ -539,18 +347,28 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     throw;
   }
   e->device_graph = stream.end_capture();
-  for (const Updatable& u : updatables_) {
+  // Note [Kernel errors inside a replay]: each device node names its IR node.
+  std::size_t first = 0;
+  for (const auto& [node, end] : launched) {
+    for (std::size_t n = first; n < end && n < e->device_graph.nodes.size(); ++n) {
+      GraphNode& g = e->device_graph.nodes[n];
+      g.label = std::string("node #") + std::to_string(n) + " " + g.name + " (%" +
+                node->result()->name + " of graph @" + graph_->name + ")";
+    }
+    first = std::max(first, end);
+  }
+  for (const auto& u : signature_.updatables()) {
     const auto it = std::find_if(launched.begin(), launched.end(),
                                  [&](const auto& l) { return l.first == u.node; });
     SG_ASSERT(it != launched.end() && it->second > 0, "updatable node %", u.node->result()->name,
               " launched no kernel");
     e->device_graph.nodes[it->second - 1].updates.push_back({u.scalar_index, u.expr});
   }
-  e->exec = e->device_graph.instantiate(symbol_names_);
+  e->exec = e->device_graph.instantiate(signature_.symbol_names());
   for (std::size_t o = 0; o < outputs.size(); ++o) {
     e->outputs.push_back(std::get<Tensor>(outputs[o]));
     auto stamp = std::make_shared<OutputStamp>();
-    stamp->pool = e->pool.get();
+    stamp->pool = e->pool;
     stamp->origin = "output " + std::to_string(o) + " of graph @" + graph_->name;
     e->stamps.push_back(std::move(stamp));
   }
@@ -560,46 +378,111 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
   return e;
 }
 
+// A ReplayCopy of `src` into `dst` (the copy_ kernel, strided on both sides).
+ReplayCopy make_copy(KernelFn copy, const Tensor& dst, const Tensor& src,
+                     std::shared_ptr<const void> keep_alive) {
+  ReplayCopy c;
+  c.fn = copy;
+  c.args.num_tensors = 2;
+  c.args.num_scalars = 0;
+  c.args.tensors[0] = dst.arg();
+  c.args.tensors[1] = src.arg();
+  c.keep_alive = std::move(keep_alive);
+  return c;
+}
+
 std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtValue> inputs,
                                                const std::vector<std::int64_t>& values) {
   Stream& stream = current_stream(cpu());
-  std::vector<ReplayCopy>& copies = copies_;  // reused across calls (under mutex_)
-  copies.clear();
-  for (const int i : user_inputs_) {
-    const auto& caller = std::get<Tensor>(inputs[static_cast<std::size_t>(i)]);
+  // Nothing below may fail once the pool's generation moves (begin_replay):
+  // a refused launch would leave the old outputs reported overwritten.
+  e.exec->check_can_launch(stream);
+  copies_in_.clear();
+  copies_out_.clear();
+  input_uses_.clear();
+  for (const int i : signature_.user_inputs()) {
+    const Tensor& caller = tensor(inputs, i);
     const Tensor& target = e.static_inputs[static_cast<std::size_t>(i)];
     if (!config_.clone_input && caller.data_ptr() == target.data_ptr()) continue;
-    ReplayCopy c;
-    c.fn = copy_kernel_;
-    c.args.num_tensors = 2;
-    c.args.num_scalars = 0;
-    c.args.tensors[0] = target.arg();
-    c.args.tensors[1] = caller.arg();
-    c.keep_alive = caller.storage();
-    copies.push_back(std::move(c));
+    copies_in_.push_back(make_copy(copy_kernel_, target, caller, caller.storage()));
   }
-  e.exec->launch(stream, values, copies, order_);
-  copies.clear();  // the launch holds its own references to the sources
-  const std::uint64_t generation = e.pool->bump_generation(writer_name_);
-  ++e.replays;
-  ++counters_.replayed;
-
+  // Inputs that are another graph's outputs: held until this replay's copy of
+  // them has run (Note [Output uses]). Our own outputs need no hold: the
+  // replay copies them in before its first kernel.
+  struct InputUses {
+    explicit InputUses(std::vector<MemPool*>& p) : pools(p) {}
+    std::vector<MemPool*>& pools;
+    ReplayFence fence;
+    ~InputUses() {
+      for (MemPool* p : pools) p->end_use(fence);
+      pools.clear();
+    }
+    InputUses(const InputUses&) = delete;
+    InputUses& operator=(const InputUses&) = delete;
+  } uses(input_uses_);
+  input_fences_.clear();
+  for (const int i : signature_.user_inputs()) {
+    const Tensor& caller = tensor(inputs, i);
+    if (!caller.is_stamped()) continue;
+    ReplayFence writer;
+    MemPool* p = caller.begin_output_use("input of a graph replay", &writer);
+    if (p == e.pool.get()) {
+      p->end_use();  // our own previous replay: ordered before this one
+    } else {
+      input_uses_.push_back(p);
+      input_fences_.push_back(std::move(writer));  // copy it only once it is written
+    }
+  }
   std::vector<ir::RtValue> out;
   out.reserve(e.outputs.size());
+  const std::vector<int>& bases = signature_.output_bases();
   for (std::size_t o = 0; o < e.outputs.size(); ++o) {
-    if (output_alias_[o] >= 0) {
-      out.emplace_back(inputs[static_cast<std::size_t>(output_alias_[o])]);
-      continue;
+    const int base = bases[o];
+    if (base >= 0) {
+      // Note [Stale outputs]: a view of a caller's tensor is returned as that
+      // view, never stamped (its memory is the caller's, not the pool's).
+      const auto b = static_cast<std::size_t>(base);
+      Tensor view = GraphSignature::rebase_view(e.outputs[o], std::get<Tensor>(e.capture_inputs[b]),
+                                                tensor(inputs, base));
+      if (view.defined()) {
+        out.emplace_back(std::move(view));
+        continue;
+      }
     }
-    Tensor t = e.outputs[o];
+    out.emplace_back(Tensor());
     if (config_.clone_output) {
+      // Copied inside the replay's own queue entry, so the next replay, on
+      // whatever stream, cannot overwrite the output before the copy ran.
+      const Tensor& t = e.outputs[o];
       Tensor copy = Tensor::empty(t.shape(), t.dtype());
-      ops::copy_(copy, t);
-      out.emplace_back(std::move(copy));
-    } else {
-      t.set_stamp(e.stamps[o], generation);
-      out.emplace_back(std::move(t));
+      copies_out_.push_back(make_copy(copy_kernel_, copy, t, copy.storage()));
+      out.back() = std::move(copy);
     }
+  }
+
+  const ReplayFence done{stream.id(), done_, ++done_generation_};
+  const std::uint64_t generation = e.pool->begin_replay(writer_name_, fences_, done);
+  fences_.insert(fences_.end(), input_fences_.begin(), input_fences_.end());
+  GraphExec::LaunchOptions options;
+  options.copies_in = copies_in_;
+  options.copies_out = copies_out_;
+  options.order = order_;
+  options.wait_for = fences_;
+  options.done = done_;
+  options.done_generation = done.generation;
+  e.exec->launch(stream, values, options);
+  uses.fence = done;
+  copies_in_.clear();  // the launch holds its own references to the sources
+  copies_out_.clear();
+  fences_.clear();
+  ++e.replays;
+  policy_.on_replay();
+
+  for (std::size_t o = 0; o < e.outputs.size(); ++o) {
+    if (std::get<Tensor>(out[o]).defined()) continue;
+    Tensor t = e.outputs[o];
+    t.set_stamp(e.stamps[o], generation);
+    out[o] = std::move(t);
   }
   return out;
 }
@@ -609,18 +492,16 @@ std::string CapturedGraph::explain() const {
   std::ostringstream out;
   out << "CapturedGraph: " << entries_.size() << " captured key(s) of at most "
       << config_.capture_limit
-      << (eager_forever_ ? " (capture limit reached: running eagerly)" : "") << "; key syms:";
-  if (key_symbols_.empty()) out << " (none)";
-  for (const int k : key_symbols_) out << " " << symbols_[static_cast<std::size_t>(k)].name;
+      << (policy_.eager_forever() ? " (capture limit reached: running eagerly)" : "")
+      << "; key syms:";
+  if (signature_.key_symbols().empty()) out << " (none)";
+  for (const int k : signature_.key_symbols()) {
+    out << " " << signature_.symbol_names()[static_cast<std::size_t>(k)];
+  }
   out << (config_.frozen_parameter ? "" : " + param addresses")
-      << "; updatable slots: " << updatables_.size() << "\n";
-  out << "  counters: captured " << counters_.captured << ", replayed " << counters_.replayed
-      << ", recapture_due_to_mutated_input_change "
-      << counters_.recapture_due_to_mutated_input_change << ", recapture_due_to_parameter_change "
-      << counters_.recapture_due_to_parameter_change << ", recapture_due_to_force_recapture "
-      << counters_.recapture_due_to_force_recapture << ", eager_fallback_due_to_capture_limit "
-      << counters_.eager_fallback_due_to_capture_limit << "\n";
-  for (const auto& line : log_) out << "  " << line << "\n";
+      << (signature_.mutated_inputs().empty() ? "" : " + mutated input addresses")
+      << "; updatable slots: " << signature_.updatables().size() << "\n";
+  out << policy_.explain();
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
     out << "  key " << i << ": " << e.device_graph.nodes.size() << " nodes, captured in "
@@ -653,6 +534,11 @@ void check_not_capturing(const std::string& callee) {
            t_capturing->name,
            "; a captured function cannot call a reduce-overhead or max-autotune function "
            "(call it outside, or compile the callee with mode eager)");
+  const Stream& stream = current_stream(cpu());
+  SG_CHECK(!stream.is_capturing(), "graph @", callee, ": called while stream '", stream.name(),
+           "' captures a graph (Stream::begin_capture); its replay cannot be recorded into "
+           "another capture. Call it before begin_capture or after end_capture, or on another "
+           "stream");
 }
 
 std::unique_ptr<ConcreteGraph> make_captured_graph(std::unique_ptr<ir::Graph> graph,

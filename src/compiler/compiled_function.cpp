@@ -1,6 +1,5 @@
 // compile(): trace on first call per guard set, compile, cache, run.
-#include <cstdio>
-
+#include "../core/log.h"
 #include "captured_graph.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
@@ -44,7 +43,7 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
             "recompile limit (" + std::to_string(backend_->config().recompile_limit) +
             ") reached: " + why + "; running this call and later unmatched calls eagerly";
         log_.push_back(msg);
-        std::fprintf(stderr, "sinkgraph: warning: %s\n", msg.c_str());
+        detail::warn(msg);
       }
       return fn_(args);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "sinkgraph/error.h"
 
@@ -242,11 +243,25 @@ SymInt mod(const SymInt& a, const SymInt& b) {
   return make_atom(SymExpr::Atom::Kind::mod, a, b);
 }
 
+namespace {
+thread_local bool t_strict_compare = false;
+}  // namespace
+
+bool set_strict_symbolic_compare(bool on) { return std::exchange(t_strict_compare, on); }
+
 bool operator==(const SymInt& a, const SymInt& b) {
   if (!a.is_symbolic() && !b.is_symbolic()) return a.value_ == b.value_;
-  if (a.is_symbolic() != b.is_symbolic())
-    return false;  // canonical: a symbolic value is never a constant
-  return a.str() == b.str();
+  const bool equal = a.is_symbolic() == b.is_symbolic() && a.str() == b.str();
+  if (equal || !t_strict_compare) return equal;  // canonical: structural equality is exact
+  // Note [Comparing symbolic sizes]: a constant difference decides it.
+  const SymInt diff = a - b;
+  if (!diff.is_symbolic()) return diff.value_ == 0;
+  SG_CHECK(false, "comparing the symbolic size ", a.str(), " with ", b.str(),
+           " while tracing: the answer depends on the value, and the branch it decides would be "
+           "baked into the graph for every value. Make that size static (leave it out of "
+           "TraceOptions::dynamic_dims), or pass the value as a plain int64 argument, which "
+           "specializes and guards it");
+  return false;
 }
 
 std::string to_string(const SymInt& value) { return value.str(); }

@@ -127,6 +127,27 @@ TracedFn LlamaModel::as_function() const {
   };
 }
 
+NamedTensors LlamaModel::named_parameters() const {
+  NamedTensors out;
+  out.emplace_back("tok_embeddings.weight", &weights_.tok_embeddings);
+  for (std::size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LlamaLayer& l = weights_.layers[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    out.emplace_back(p + "attention_norm.weight", &l.attention_norm);
+    out.emplace_back(p + "attention.wq.weight", &l.wq);
+    out.emplace_back(p + "attention.wk.weight", &l.wk);
+    out.emplace_back(p + "attention.wv.weight", &l.wv);
+    out.emplace_back(p + "attention.wo.weight", &l.wo);
+    out.emplace_back(p + "ffn_norm.weight", &l.ffn_norm);
+    out.emplace_back(p + "feed_forward.w1.weight", &l.w1);
+    out.emplace_back(p + "feed_forward.w2.weight", &l.w2);
+    out.emplace_back(p + "feed_forward.w3.weight", &l.w3);
+  }
+  out.emplace_back("norm.weight", &weights_.norm);
+  out.emplace_back("output.weight", &weights_.output);
+  return out;
+}
+
 LlamaConfig builtin_config() { return LlamaConfig{}; }
 
 LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed) {

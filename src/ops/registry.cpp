@@ -6,6 +6,7 @@
 #include "dispatch.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph {
@@ -137,6 +138,48 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
 }
 
 namespace {
+// Note [Output uses] in allocator.h: the replay outputs an operator reads are
+// held from before its launch until an event recorded after it, which the
+// next replay into their pool waits for. Only stamped tensors (replay
+// outputs) take part, so ordinary eager calls pay one pointer test per input.
+class OutputUses {
+ public:
+  OutputUses() = default;
+  OutputUses(const OutputUses&) = delete;
+  OutputUses& operator=(const OutputUses&) = delete;
+  ~OutputUses() {
+    for (MemPool* p : pools_) p->end_use();
+  }
+  // Holds `t` when it is a replay output; work launched on `stream` then waits
+  // for the replay that wrote it, when that ran on another stream.
+  void add(const Tensor& t, Stream& stream, const char* name) {
+    if (!t.is_stamped()) return;
+    ReplayFence writer;
+    MemPool* pool = t.begin_output_use(name, &writer);
+    pools_.push_back(pool);
+    if (!stream.is_capturing() && writer.stream_id != stream.id() && !writer.reached()) {
+      stream.wait(writer);
+    }
+  }
+  // The uses end once `stream` has run what was launched: each pool gets a
+  // fence recorded after it (none while the stream captures: nothing runs).
+  void end(Stream& stream) {
+    if (pools_.empty()) return;
+    ReplayFence fence;
+    if (!stream.is_capturing()) {
+      Event event;
+      event.record(stream);
+      fence = ReplayFence{stream.id(), event.state(),
+                          event.state()->recorded.load(std::memory_order_acquire)};
+    }
+    for (MemPool* p : pools_) p->end_use(fence);
+    pools_.clear();
+  }
+
+ private:
+  std::vector<MemPool*> pools_;
+};
+
 // Note [Output placement]: a placed output must be exactly what the operator produces.
 void check_placed(const OpDef& op, const Tensor& out, const TensorMeta& inferred) {
   const char* name = op.schema.name.c_str();
@@ -233,8 +276,24 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
     block.scalars[block.num_scalars++] = slot;
   }
   if (result.numel() == 0 && fresh) return result;
-  current_stream(*device).launch(kernel, block, name);
+  Stream& stream = current_stream(*device);
+  OutputUses uses;
+  for (const Tensor* t : tensors) uses.add(*t, stream, name);
+  stream.launch(kernel, block, name);
   g_counters.launches.fetch_add(1, std::memory_order_relaxed);
+  uses.end(stream);
+  // Note [Version counters] in tensor.h: every in-place write bumps the
+  // written storage's version.
+  if (placed != nullptr) placed->storage()->bump_version();
+  if (!fresh) {
+    std::size_t index = 0;
+    for (const ArgSpec& spec : op.schema.args) {
+      if (spec.kind == ArgKind::tensor_list) break;
+      if (spec.kind != ArgKind::tensor) continue;
+      if (spec.mutated) tensors[index]->storage()->bump_version();
+      ++index;
+    }
+  }
   return result;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "sinkgraph/device.h"
@@ -90,10 +91,30 @@ MemPool::MemPool(Device& device, std::string name, std::uint64_t id)
     : device_(device), name_(std::move(name)), id_(id) {}
 
 MemPool::~MemPool() {
-  // Every allocation holds a reference to its pool, so all blocks are free.
-  for (auto& block : blocks_) {
-    device_.allocator().device_free(block->segment, block->size);
+  // Every allocation holds a reference to its pool, so all blocks are free;
+  // but work queued on some stream may still read them: an operator using an
+  // output, or the last replay (Note [Output uses]). Streams that used a block
+  // through record_stream are waited for here: they hold no fence.
+  for (const auto& block : blocks_) {
+    for (const auto& use : block->uses) {
+      while (use.stream != nullptr && use.stream->completed() < use.until) {
+        std::this_thread::yield();
+      }
+    }
   }
+  Allocator::Deferred deferred;
+  for (auto& fence : fences_) {
+    if (!fence.reached()) deferred.fences.push_back(std::move(fence));
+  }
+  if (!writer_fence_.reached()) deferred.fences.push_back(std::move(writer_fence_));
+  Allocator& alloc = device_.allocator();
+  if (deferred.fences.empty()) {
+    for (auto& block : blocks_) alloc.device_free(block->segment, block->size);
+    return;
+  }
+  // Note [Deferred frees]
+  for (auto& block : blocks_) deferred.segments.emplace_back(block->segment, block->size);
+  alloc.defer_free(std::move(deferred));
 }
 
 AllocatorStats MemPool::stats() const {
@@ -104,6 +125,43 @@ AllocatorStats MemPool::stats() const {
 std::uint64_t MemPool::bump_generation(const std::string& writer) {
   std::lock_guard lock(mutex_);
   if (last_writer_ != writer) last_writer_ = writer;
+  return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+bool MemPool::begin_use(std::uint64_t generation, ReplayFence* writer) {
+  std::lock_guard lock(mutex_);
+  if (generation_.load(std::memory_order_acquire) != generation) return false;
+  ++users_;
+  if (writer != nullptr) *writer = writer_fence_;
+  return true;
+}
+
+void MemPool::end_use(ReplayFence fence) {
+  std::lock_guard lock(mutex_);
+  SG_ASSERT(users_ > 0, "end_use without begin_use on pool '", name_, "'");
+  if (fence.state != nullptr) {
+    std::erase_if(fences_, [](const ReplayFence& f) { return f.reached(); });
+    fences_.push_back(std::move(fence));
+  }
+  if (--users_ == 0) users_cv_.notify_all();
+}
+
+ReplayFence MemPool::writer_fence() const {
+  std::lock_guard lock(mutex_);
+  return writer_fence_;
+}
+
+std::uint64_t MemPool::begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
+                                    ReplayFence done) {
+  std::unique_lock lock(mutex_);
+  users_cv_.wait(lock, [&] { return users_ == 0; });
+  if (last_writer_ != writer) last_writer_ = writer;
+  fences.clear();
+  for (auto& f : fences_) {
+    if (!f.reached()) fences.push_back(std::move(f));
+  }
+  fences_.clear();
+  writer_fence_ = std::move(done);
   return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
 }
 
@@ -311,7 +369,7 @@ Allocator::Allocator(Device& device)
   pools_.push_back(default_pool_);
 }
 
-Allocator::~Allocator() = default;
+Allocator::~Allocator() { collect_deferred(true); }
 
 DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
   SG_ASSERT(&stream.device() == &device_, "stream of another device");
@@ -329,7 +387,49 @@ DataPtr Allocator::allocate(std::size_t bytes, Stream& stream) {
   return (pool ? *pool : *default_pool_).allocate(bytes, stream);
 }
 
+void Allocator::defer_free(Deferred deferred) {
+  std::lock_guard lock(deferred_mutex_);
+  deferred_.push_back(std::move(deferred));
+  num_deferred_.store(deferred_.size(), std::memory_order_release);
+}
+
+void Allocator::collect_deferred(bool wait) noexcept {
+  if (num_deferred_.load(std::memory_order_acquire) == 0) return;
+  std::vector<Deferred> ready;
+  {
+    std::lock_guard lock(deferred_mutex_);
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (wait) {
+        for (const auto& f : it->fences) f.wait();
+      }
+      const bool reached = std::all_of(it->fences.begin(), it->fences.end(),
+                                       [](const ReplayFence& f) { return f.reached(); });
+      if (reached) {
+        ready.push_back(std::move(*it));
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    num_deferred_.store(deferred_.size(), std::memory_order_release);
+  }
+  for (const auto& d : ready) {
+    for (const auto& [ptr, size] : d.segments) device_free(ptr, size);
+  }
+}
+
+std::int64_t Allocator::deferred_bytes() {
+  collect_deferred(false);
+  std::lock_guard lock(deferred_mutex_);
+  std::int64_t bytes = 0;
+  for (const auto& d : deferred_) {
+    for (const auto& seg : d.segments) bytes += static_cast<std::int64_t>(seg.second);
+  }
+  return bytes;
+}
+
 void* Allocator::device_alloc(std::size_t bytes, MemPool& /*pool*/) {
+  collect_deferred(false);
   const auto over_limit = [&] {
     const std::int64_t limit = limit_bytes_.load(std::memory_order_relaxed);
     return limit > 0 &&
@@ -392,7 +492,10 @@ void Allocator::reset_peak() {
   default_pool_->reset_peak();
 }
 
-void Allocator::empty_cache() { default_pool_->release_cached(); }
+void Allocator::empty_cache() {
+  collect_deferred(false);
+  default_pool_->release_cached();
+}
 
 void Allocator::set_memory_limit(std::int64_t bytes) {
   SG_CHECK(bytes >= 0, "set_memory_limit: the limit must be >= 0 bytes, got ", bytes);

@@ -202,6 +202,13 @@ bool Stream::capture_wait(const Event& event) {
   return true;
 }
 
+void Stream::check_can_launch(const char* kernel_name) const {
+  SG_CHECK(!is_capturing(), kernel_name, ": stream '", name(),
+           "' is capturing a graph; a graph replay cannot be recorded into another capture "
+           "(replay it outside the capture, or call the function on another stream)");
+  check_uncaptured_launch(kernel_name);
+}
+
 void Stream::check_uncaptured_launch(const char* kernel_name) const {
   if (!any_capture_active()) return;
   std::lock_guard lock(g_mutex);

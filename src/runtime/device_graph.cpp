@@ -90,6 +90,10 @@ struct GraphExec::Replay {
   std::uint64_t generation = 0;
   std::vector<std::int64_t> values;  // one per update, in node order
   std::vector<ReplayCopy> copies;
+  std::vector<ReplayCopy> copies_out;
+  std::vector<ReplayFence> fences;
+  std::shared_ptr<EventState> done;
+  std::uint64_t done_generation = 0;
   std::shared_ptr<ReplayOrder> order;  // with its ticket, when launched under an order
   std::uint64_t ticket = 0;
 };
@@ -131,6 +135,7 @@ std::unique_ptr<GraphExec> DeviceGraph::instantiate(const std::vector<std::strin
           {static_cast<int>(i), u.scalar_index, CompiledSymExpr(u.expr, symbols)});
     }
     exec->nodes_.push_back(node);
+    exec->labels_.push_back(n.label.empty() ? std::string(n.name) : n.label);
     exec->order_[static_cast<std::size_t>(n.stream)].push_back(static_cast<int>(i));
   }
   exec->done_ = std::make_unique<std::atomic<std::uint64_t>[]>(nodes.size());
@@ -175,13 +180,38 @@ void GraphExec::give_back(Replay* replay) {
 void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
                        std::span<const ReplayCopy> copies,
                        const std::shared_ptr<ReplayOrder>& order) {
+  LaunchOptions options;
+  options.copies_in = copies;
+  options.order = order;
+  launch(stream, sym_values, options);
+}
+
+void GraphExec::check_can_launch(const Stream& stream) const {
+  stream.check_can_launch("graph_replay");
+  for (const auto& b : branches_) b->check_can_launch("graph_replay_branch");
+}
+
+void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
+                       const LaunchOptions& options) {
   SG_CHECK(sym_values.size() == symbols_.size(), "graph replay: expected ", symbols_.size(),
            " sym values, got ", sym_values.size());
+  // Everything that can refuse the launch is checked before a generation or a
+  // ticket is taken: a taken ticket that never runs would make every later
+  // replay under the same order wait forever.
+  check_can_launch(stream);
+  const std::shared_ptr<ReplayOrder>& order = options.order;
   Replay* r = take_replay();
   r->generation = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   r->values.clear();
   for (const Update& u : updates_) r->values.push_back(u.expr.eval(sym_values.data()));
-  r->copies.assign(copies.begin(), copies.end());
+  r->copies.assign(options.copies_in.begin(), options.copies_in.end());
+  r->copies_out.assign(options.copies_out.begin(), options.copies_out.end());
+  r->fences.clear();
+  for (const ReplayFence& f : options.wait_for) {
+    if (f.stream_id != stream.id() && !f.reached()) r->fences.push_back(f);
+  }
+  r->done = options.done;
+  r->done_generation = options.done_generation;
   if (order != nullptr) {
     if (r->order != order) r->order = order;
     r->ticket = order->launched_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -204,13 +234,32 @@ void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
   stream.launch(run_origin, a, "graph_replay");
 }
 
+namespace {
+// Note [Kernel errors inside a replay]
+// A node's kernel reports errors through this context, which prefixes the
+// node's label, so the sticky error names the operator and the IR node that
+// failed ("graph_replay: node #7 index_copy_ %k3 of graph @decode: ..."),
+// not just the replay's queue entry.
+class NodeContext final : public KernelContext {
+ public:
+  NodeContext(KernelContext& inner, const std::string& label) : inner_(inner), label_(label) {}
+  void fail(const std::string& message) override { inner_.fail(label_ + ": " + message); }
+  [[nodiscard]] int num_threads() const override { return inner_.num_threads(); }
+
+ private:
+  KernelContext& inner_;
+  const std::string& label_;
+};
+}  // namespace
+
 void GraphExec::run_stream(int stream, std::uint64_t generation, KernelContext& ctx) {
   for (const int index : order_[static_cast<std::size_t>(stream)]) {
     const Node& n = nodes_[static_cast<std::size_t>(index)];
     for (std::uint32_t k = n.deps_begin; k < n.deps_end; ++k) {
       wait_for(done_[static_cast<std::size_t>(cross_deps_[k])], generation);
     }
-    n.fn(args_of(n), ctx);
+    NodeContext node_ctx(ctx, labels_[static_cast<std::size_t>(index)]);
+    n.fn(args_of(n), node_ctx);
     if (has_cross_dependents_[static_cast<std::size_t>(index)]) {
       done_[static_cast<std::size_t>(index)].store(generation, std::memory_order_release);
       done_[static_cast<std::size_t>(index)].notify_all();
@@ -226,6 +275,9 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   ReplayOrder* order = r->order.get();  // r holds it until give_back()
   const std::uint64_t ticket = r->ticket;
   if (order != nullptr) wait_for(order->finished_, ticket - 1);
+  // Work queued on other streams that still reads this graph's memory
+  // (Note [Output uses] in allocator.h).
+  for (const ReplayFence& f : r->fences) wait_for(f.state->completed, f.generation);
   for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
   for (std::size_t k = 0; k < e.updates_.size(); ++k) {
     const Update& u = e.updates_[k];
@@ -236,8 +288,17 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   e.started_.notify_all();
   e.run_stream(0, r->generation, ctx);
   for (std::size_t b = 1; b <= e.branches_.size(); ++b) wait_for(e.branch_done_[b], r->generation);
+  for (const ReplayCopy& c : r->copies_out) c.fn(c.args, ctx);
   const std::uint64_t generation = r->generation;
   r->copies.clear();  // releases the copies' sources
+  r->copies_out.clear();
+  r->fences.clear();
+  if (r->done != nullptr) {
+    r->done->timestamp_ns.store(now_ns(), std::memory_order_relaxed);
+    r->done->completed.store(r->done_generation, std::memory_order_release);
+    r->done->completed.notify_all();
+    r->done.reset();
+  }
   if (order != nullptr) {
     order->finished_.store(ticket, std::memory_order_release);
     order->finished_.notify_all();

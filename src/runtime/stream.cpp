@@ -96,6 +96,21 @@ void Event::synchronize() const {
   }
 }
 
+void ReplayFence::wait() const {
+  if (reached()) return;
+  for (int i = 0; i < 4096; ++i) {
+    if (reached()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  for (;;) {
+    const std::uint64_t done = state->completed.load(std::memory_order_acquire);
+    if (done >= generation) return;
+    state->completed.wait(done, std::memory_order_acquire);
+  }
+}
+
 double Event::elapsed_ms(const Event& end) const {
   SG_CHECK(state_->recorded.load() > 0 && end.state_->recorded.load() > 0,
            "elapsed_ms: both events must have been recorded");

@@ -1,5 +1,6 @@
 // The tracer: a DispatchInterceptor that records operator calls into a Graph
 // (Note [What becomes what while tracing] in trace.h).
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -34,6 +35,55 @@ ir::Value* root_of(ir::Value* v) {
     v = v->producer->operands[0];
   }
   return v;
+}
+
+class StrictCompare {
+ public:
+  explicit StrictCompare(bool on) : previous_(set_strict_symbolic_compare(on)) {}
+  ~StrictCompare() { set_strict_symbolic_compare(previous_); }
+  StrictCompare(const StrictCompare&) = delete;
+  StrictCompare& operator=(const StrictCompare&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// The bytes a view can touch: [first, last) from its storage's start.
+std::pair<std::int64_t, std::int64_t> extent(const Tensor& t) {
+  const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype()));
+  std::int64_t lo = t.offset();
+  std::int64_t hi = t.offset();
+  for (int d = 0; d < t.ndim(); ++d) {
+    if (t.shape()[d] == 0) return {0, 0};
+    const std::int64_t span = (t.shape()[d] - 1) * t.strides()[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  return {lo * elem, (hi + 1) * elem};
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.shares_storage(b) && a.offset() == b.offset() && a.dtype() == b.dtype() &&
+         a.shape() == b.shape() && a.strides() == b.strides();
+}
+
+// How tensor argument `i` aliases an earlier one (Guards::check and trace()).
+ArgGuard::Alias classify_alias(std::span<const Arg> args, std::size_t i, int& alias_of,
+                               bool& overlaps) {
+  alias_of = -1;
+  overlaps = false;
+  const auto* t = std::get_if<Tensor>(&args[i]);
+  if (t == nullptr || !t->defined() || t->is_traced()) return ArgGuard::Alias::none;
+  for (std::size_t j = 0; j < i; ++j) {
+    const auto* u = std::get_if<Tensor>(&args[j]);
+    if (u == nullptr || !u->defined() || u->is_traced() || !u->shares_storage(*t)) continue;
+    alias_of = static_cast<int>(j);
+    if (same_view(*t, *u)) return ArgGuard::Alias::same;
+    const auto [a0, a1] = extent(*t);
+    const auto [b0, b1] = extent(*u);
+    overlaps = a0 < b1 && b0 < a1;
+    return ArgGuard::Alias::disjoint;
+  }
+  return ArgGuard::Alias::none;
 }
 
 class Tracer final : public DispatchInterceptor {
@@ -72,6 +122,9 @@ class Tracer final : public DispatchInterceptor {
 
   Tensor intercept(const OpDef& op, std::span<const Tensor* const> tensors,
                    std::span<const ScalarValue> scalars) override {
+    // Note [Comparing symbolic sizes]: shape functions ask "provably equal"
+    // on purpose; only the model's own code is held to strict comparisons.
+    const StrictCompare library_code(false);
     const std::string& name = op.schema.name;
     if (const auto it = options_.decompositions.find(name);
         it != options_.decompositions.end() && !decomposing_.contains(name)) {
@@ -79,6 +132,7 @@ class Tracer final : public DispatchInterceptor {
       args.reserve(tensors.size());
       for (const Tensor* t : tensors) args.push_back(*t);
       decomposing_.insert(name);  // the decomposition may call the operator itself
+      const StrictCompare user_code(true);
       struct Reset {
         std::set<std::string>& set;
         const std::string& key;
@@ -160,19 +214,37 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
       guard.kind = ArgGuard::Kind::tensor;
       guard.dtype = t->dtype();
       guard.device = t->device().type();
+      guard.contiguous = t->is_contiguous();
       TensorMeta meta{t->dtype(), to_sym(t->shape()), t->device().type()};
       guard.dims.assign(t->shape().begin(), t->shape().end());
+      bool dynamic = false;
       if (const auto it = options.dynamic_dims.find(static_cast<int>(i));
           it != options.dynamic_dims.end()) {
         for (const int d : it->second) {
           const int dim = wrap_dim(d, t->ndim(), "trace dynamic_dims");
           meta.shape[dim] = SymInt::symbol("s" + std::to_string(next_symbol++));
           guard.dims[static_cast<std::size_t>(dim)] = -1;
+          dynamic = true;
         }
+      }
+      if (!guard.contiguous && !dynamic)
+        guard.strides.assign(t->strides().begin(), t->strides().end());
+      // Arguments that share memory: the same view twice (f(b, b)) is one
+      // graph input; views that overlap otherwise cannot be traced as
+      // separate inputs (a write through one would be invisible to the other).
+      bool overlaps = false;
+      guard.alias = classify_alias(example_args, i, guard.alias_of, overlaps);
+      SG_CHECK(!overlaps, "trace: arguments ", guard.alias_of, " and ", i, " (", name,
+               ") are different views of overlapping memory; a graph takes each tensor argument "
+               "as separate memory. Pass a copy (ops::clone), or the same view twice");
+      if (guard.alias == ArgGuard::Alias::same) {
+        traced_args.push_back(traced_args[static_cast<std::size_t>(guard.alias_of)]);
+        out.guards.args.push_back(guard);
+        continue;
       }
       ir::Value* v = out.graph->add_input(name, meta, ir::InputKind::input);
       out.bindings.push_back({InputBinding::Source::arg, static_cast<int>(i)});
-      traced_args.emplace_back(tracer.make_traced(v, true));
+      traced_args.emplace_back(tracer.make_traced(v, guard.contiguous));
     } else if (const auto* s = std::get_if<SymInt>(&example_args[i])) {
       SG_CHECK(!s->is_symbolic(), "trace: argument ", i, " (", name, ") must be a concrete SymInt");
       guard.kind = ArgGuard::Kind::sym;
@@ -189,7 +261,30 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
   std::vector<Tensor> results;
   {
     InterceptorScope scope(&tracer);
+    const StrictCompare user_code(true);
     results = fn(traced_args);
+  }
+  // Params read through the model's own tensors are guarded on them.
+  if (options.parameters) {
+    const NamedTensors handles = options.parameters();
+    for (const Tensor& p : out.params) {
+      for (const auto& [pname, handle] : handles) {
+        if (handle == nullptr || !handle->defined() || handle->is_traced() ||
+            !same_view(*handle, p)) {
+          continue;
+        }
+        ParamGuard g;
+        g.name = pname;
+        g.handle = handle;
+        g.storage = p.storage().get();
+        g.offset = p.offset();
+        g.dtype = p.dtype();
+        g.shape.assign(p.shape().begin(), p.shape().end());
+        g.strides.assign(p.strides().begin(), p.strides().end());
+        out.guards.params.push_back(std::move(g));
+        break;
+      }
+    }
   }
   for (const Tensor& r : results) {
     SG_CHECK(r.defined(), "trace: the function returned an undefined tensor");
@@ -245,6 +340,20 @@ bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
                         ", traced as the static size " + std::to_string(g.dims[d]));
           }
         }
+        if (t->is_contiguous() != g.contiguous) {
+          return fail(where + (g.contiguous ? " is not contiguous, traced contiguous"
+                                            : " is contiguous, traced non-contiguous"));
+        }
+        if (!g.strides.empty() && !std::equal(g.strides.begin(), g.strides.end(),
+                                              t->strides().begin(), t->strides().end())) {
+          return fail(where + " has other strides than traced");
+        }
+        int alias_of = -1;
+        bool overlaps = false;
+        const ArgGuard::Alias alias = classify_alias(call_args, i, alias_of, overlaps);
+        if (alias != g.alias || alias_of != g.alias_of || overlaps) {
+          return fail(where + " shares memory with the other arguments differently than traced");
+        }
         break;
       }
       case ArgGuard::Kind::sym:
@@ -260,6 +369,15 @@ bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
         break;
       }
     }
+  }
+  for (const ParamGuard& p : params) {
+    const Tensor& h = *p.handle;
+    const bool same =
+        h.defined() && !h.is_traced() && h.storage().get() == p.storage && h.offset() == p.offset &&
+        h.dtype() == p.dtype &&
+        std::equal(p.shape.begin(), p.shape.end(), h.shape().begin(), h.shape().end()) &&
+        std::equal(p.strides.begin(), p.strides.end(), h.strides().begin(), h.strides().end());
+    if (!same) return fail("parameter '" + p.name + "' was reassigned since tracing");
   }
   return true;
 }
@@ -277,6 +395,12 @@ std::string Guards::str() const {
               (d > 0 ? "," : "") + (g.dims[d] < 0 ? std::string("*") : std::to_string(g.dims[d]));
         }
         out += "] on " + std::string(device_type_name(g.device));
+        if (!g.contiguous) out += " non-contiguous";
+        if (g.alias == ArgGuard::Alias::same)
+          out += " (same as arg" + std::to_string(g.alias_of) + ")";
+        if (g.alias == ArgGuard::Alias::disjoint) {
+          out += " (shares storage with arg" + std::to_string(g.alias_of) + ")";
+        }
         break;
       }
       case ArgGuard::Kind::sym:
@@ -287,6 +411,7 @@ std::string Guards::str() const {
         break;
     }
   }
+  if (!params.empty()) out += "; " + std::to_string(params.size()) + " param handle(s)";
   return out;
 }
 

@@ -27,6 +27,8 @@ struct Mlp {
     const auto& x = std::get<sg::Tensor>(args[0]);
     return {sg::ops::matmul(sg::ops::silu(sg::ops::matmul(x, w1)), w2)};
   }
+  // As PyTorch's module.named_parameters(): compile(mlp, ...) guards on them.
+  [[nodiscard]] sg::NamedTensors named_parameters() const { return {{"w1", &w1}, {"w2", &w2}}; }
 };
 
 // One decode-style attention block over a KV cache: x[1, 32], 4 heads of 8,

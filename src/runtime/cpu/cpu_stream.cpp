@@ -6,6 +6,7 @@
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
 
 namespace sinkgraph::cpu_device {
 
@@ -106,6 +107,16 @@ void CpuStream::wait(const Event& event) {
     e.kind = Kind::wait;
     e.event = state;
     e.generation = generation;
+  });
+}
+
+void CpuStream::wait(const ReplayFence& fence) {
+  SG_ASSERT(!is_capturing(), "a fence wait cannot be captured");
+  if (fence.reached()) return;
+  enqueue([&](Entry& e) {
+    e.kind = Kind::wait;
+    e.event = fence.state;
+    e.generation = fence.generation;
   });
 }
 

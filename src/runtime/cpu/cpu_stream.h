@@ -27,6 +27,7 @@ class CpuStream final : public Stream {
   void launch(KernelFn fn, const ArgBlock& args, const char* name) override;
   void record(Event& event) override;
   void wait(const Event& event) override;
+  void wait(const ReplayFence& fence) override;
   void synchronize() override;
   [[nodiscard]] bool query() const override;
   [[nodiscard]] std::uint64_t submitted() const override;
