@@ -125,6 +125,11 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   // Returns the new generation.
   std::uint64_t begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
                              ReplayFence done);
+  // A replay begun but never launched (its launch threw): its fences go back
+  // to the pool for the next replay, and its done-fence is marked reached.
+  // The generation stays bumped: the previous outputs read as stale, which is
+  // an error, never a silent wrong value.
+  void cancel_replay(std::vector<ReplayFence>& fences, const ReplayFence& done);
 
   // Note [Pool checkpoints]: graphs that never run concurrently can share the
   // memory they hold. checkpoint() records which blocks are held now;

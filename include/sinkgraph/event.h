@@ -33,6 +33,10 @@ struct SG_API ReplayFence {
   void wait() const;
 };
 
+// Marks `state` completed up to `generation` (never moving it backwards) and
+// wakes its waiters.
+SG_API void complete_fence(EventState& state, std::uint64_t generation);
+
 class SG_API Event {
  public:
   Event();

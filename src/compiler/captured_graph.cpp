@@ -470,7 +470,15 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
   options.wait_for = fences_;
   options.done = done_;
   options.done_generation = done.generation;
-  e.exec->launch(stream, values, options);
+  try {
+    e.exec->launch(stream, values, options);
+  } catch (...) {
+    // Checked above; only a capture begun on this stream by another thread
+    // in between can refuse it now.
+    fences_.resize(fences_.size() - input_fences_.size());
+    e.pool->cancel_replay(fences_, done);
+    throw;
+  }
   uses.fence = done;
   copies_in_.clear();  // the launch holds its own references to the sources
   copies_out_.clear();

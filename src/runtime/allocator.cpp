@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "sinkgraph/device.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph {
@@ -22,7 +22,7 @@ struct Block {
   // Streams that may still touch the block and their submitted count when it
   // was freed (see Note [Stream-ordered reuse]). The first is the owner.
   struct Use {
-    const Stream* stream;
+    Stream* stream;
     std::uint64_t until;
   };
   std::vector<Use> uses;
@@ -93,16 +93,23 @@ MemPool::MemPool(Device& device, std::string name, std::uint64_t id)
 MemPool::~MemPool() {
   // Every allocation holds a reference to its pool, so all blocks are free;
   // but work queued on some stream may still read them: an operator using an
-  // output, or the last replay (Note [Output uses]). Streams that used a block
-  // through record_stream are waited for here: they hold no fence.
+  // output, or the last replay (Note [Output uses]). A stream that used a
+  // block (record_stream) and has not passed its free yet gets a marker to
+  // wait for: never a host wait here, which could be on that stream's own
+  // worker (the last reference to a pool can die inside a replay).
+  Allocator::Deferred deferred;
   for (const auto& block : blocks_) {
     for (const auto& use : block->uses) {
-      while (use.stream != nullptr && use.stream->completed() < use.until) {
-        std::this_thread::yield();
+      // (A capturing stream runs nothing until its capture ends: no marker.)
+      if (use.stream != nullptr && use.stream->completed() < use.until &&
+          !use.stream->is_capturing()) {
+        Event marker;
+        marker.record(*use.stream);
+        deferred.fences.push_back(ReplayFence{use.stream->id(), marker.state(),
+                                              marker.state()->recorded.load()});
       }
     }
   }
-  Allocator::Deferred deferred;
   for (auto& fence : fences_) {
     if (!fence.reached()) deferred.fences.push_back(std::move(fence));
   }
@@ -163,6 +170,13 @@ std::uint64_t MemPool::begin_replay(const std::string& writer, std::vector<Repla
   fences_.clear();
   writer_fence_ = std::move(done);
   return generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
+}
+
+void MemPool::cancel_replay(std::vector<ReplayFence>& fences, const ReplayFence& done) {
+  if (done.state != nullptr) complete_fence(*done.state, done.generation);
+  std::lock_guard lock(mutex_);
+  for (auto& f : fences) fences_.push_back(std::move(f));
+  fences.clear();
 }
 
 std::string MemPool::last_writer() const {

@@ -295,8 +295,7 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   r->fences.clear();
   if (r->done != nullptr) {
     r->done->timestamp_ns.store(now_ns(), std::memory_order_relaxed);
-    r->done->completed.store(r->done_generation, std::memory_order_release);
-    r->done->completed.notify_all();
+    complete_fence(*r->done, r->done_generation);
     r->done.reset();
   }
   if (order != nullptr) {

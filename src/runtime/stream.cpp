@@ -96,6 +96,14 @@ void Event::synchronize() const {
   }
 }
 
+void complete_fence(EventState& state, std::uint64_t generation) {
+  std::uint64_t now = state.completed.load(std::memory_order_acquire);
+  while (now < generation &&
+         !state.completed.compare_exchange_weak(now, generation, std::memory_order_acq_rel)) {
+  }
+  state.completed.notify_all();
+}
+
 void ReplayFence::wait() const {
   if (reached()) return;
   for (int i = 0; i < 4096; ++i) {

@@ -1,5 +1,20 @@
 // The silent-mismatch traps of graph replay (tinygrad's test_jit_footguns):
 // each is shown caught, or shown happening exactly as documented.
+//
+// Caught or refused, with their regression tests in replay_safety_test.cpp:
+//  - an output overwritten by a later replay: the stale-output error (trap 2);
+//  - another thread's call overwriting your output: the stale-output error,
+//    never its values (clone_output avoids it);
+//  - a transposed view at the same address: a contiguity/stride guard re-traces
+//    and in-place inputs' strides are in the graph key;
+//  - arguments aliasing each other (f(b, b)): guarded, traced as one input;
+//    overlapping views that are not the same view are refused;
+//  - a weight reassigned on a model that lists named_parameters(): re-traced
+//    (not listed: trap 6 below, documented);
+//  - a symbolic size compared with == while tracing: refused;
+//  - an in-place write to a frozen param: refused;
+//  - a new KV cache every call: a key per address set, and one warning once
+//    re-captures pile up.
 #include <gtest/gtest.h>
 
 #include "../trace/models.h"
@@ -108,6 +123,45 @@ TEST(compiler_traps, clone_input_false_overwrites_the_first_callers_tensor) {
   (void)(*safe)({one});
   (void)(*safe)({sg::Tensor::from_floats({7, 8}, {2})});
   EXPECT_EQ(one.to_floats(), (std::vector<float>{1, 2}));
+}
+
+// Trap 6: a weight reassigned on a model object that does not list its
+// parameters. The tracer lifted the tensor it saw; the graph keeps reading it.
+// Documented; shown here. A model with named_parameters() (sgtest::Mlp), or
+// TraceOptions::parameters, is guarded instead (replay_safety_test.cpp).
+TEST(compiler_traps, a_reassigned_weight_of_an_unlisted_model_is_used_stale) {
+  struct Unlisted {
+    sg::Tensor w = sgtest::random_tensor({4, 4}, 1);
+    std::vector<sg::Tensor> operator()(std::span<const sg::Arg> a) const {
+      return {sg::ops::matmul(std::get<sg::Tensor>(a[0]), w)};
+    }
+  } model;
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = sg::compile(std::cref(model), sg::get_backend(c));
+  const sg::Tensor x = sgtest::random_tensor({2, 4}, 2);
+  const auto before = (*fn)({x})[0].to_floats();
+  model.w = sgtest::random_tensor({4, 4}, 3);
+  EXPECT_EQ((*fn)({x})[0].to_floats(), before);  // still the old weight
+  EXPECT_NE(model(std::vector<sg::Arg>{x})[0].to_floats(), before);
+}
+
+// Trap 7: a host value the traced function reads from a C++ variable is a
+// constant of the graph: changing the variable later changes nothing.
+// Documented; shown here. Pass it as an argument (a plain int64 is guarded,
+// a SymInt feeds the graph) instead.
+TEST(compiler_traps, a_captured_host_variable_is_baked_in) {
+  double scale = 2.0;
+  const auto body = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return {sg::ops::mul_scalar(std::get<sg::Tensor>(a[0]), scale)};
+  };
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = sg::compile(body, sg::get_backend(c));
+  const sg::Tensor x = sg::Tensor::from_floats({1, 2}, {2});
+  EXPECT_EQ((*fn)({x})[0].to_floats(), (std::vector<float>{2, 4}));
+  scale = 3.0;
+  EXPECT_EQ((*fn)({x})[0].to_floats(), (std::vector<float>{2, 4}));  // not {3, 6}
 }
 
 }  // namespace
