@@ -37,8 +37,9 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   const auto p = static_cast<std::int64_t>(options.prompt.size());
   SG_CHECK(p >= 1, "generate: the prompt needs at least one token id");
   SG_CHECK(options.steps >= 1, "generate: --steps must be >= 1, got ", options.steps);
-  SG_CHECK(p + options.steps <= c.max_seq_len, "generate: prompt (", p, " tokens) plus steps (",
-           options.steps, ") is ", p + options.steps, " positions, beyond the model's seq_len ",
+  // Compared without adding: steps near INT64_MAX must not overflow.
+  SG_CHECK(p <= c.max_seq_len && options.steps <= c.max_seq_len - p, "generate: prompt (", p,
+           " tokens) plus steps (", options.steps, ") is beyond the model's seq_len ",
            c.max_seq_len);
   SG_CHECK(options.forced_ids.empty() ||
                static_cast<std::int64_t>(options.forced_ids.size()) >= options.steps - 1,
@@ -106,7 +107,10 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     return compiled ? (*compiled)(args)[0] : fn(args)[0];
   };
 
-  const Tensor kv = model.new_kv_cache();
+  // Sized by the work asked for, not the model's max_seq_len (a model may
+  // allow a million positions; 4 tokens need 5 rows).
+  const Tensor kv = model.new_kv_cache(p + options.steps);
+  result.kv_cache_bytes = kv.numel() * static_cast<std::int64_t>(dtype_size(kv.dtype()));
 
   // Prefill: the whole prompt in one call.
   auto t0 = std::chrono::steady_clock::now();
@@ -215,6 +219,7 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
   j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
   j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
   j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  j["kv_cache_bytes"] = r.kv_cache_bytes;
   return j.dump();
 }
 

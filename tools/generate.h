@@ -52,6 +52,7 @@ struct GenerateResult {
   bool chained_on_device = false;  // the token chained on the device (no host wait)
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
+  std::int64_t kv_cache_bytes = 0;  // the KV cache: prompt + steps positions
   std::string explain;  // compiled functions' reports (empty in eager mode)
   std::vector<TraceEvent> trace;
   std::vector<std::string> notes;  // what the user should know (on stderr)

@@ -1,12 +1,14 @@
 // `sinkgraph generate`: the contract in DESIGN.md ("sinkgraph generate").
+#include <charconv>
 #include <cstdio>
-#include <fstream>
+#include <memory>
 #include <iostream>
 #include <sstream>
 
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "sinkgraph/files.h"
 #include "generate.h"
 #include "sinkgraph/error.h"
 
@@ -16,11 +18,12 @@ namespace {
 
 struct CliOptions {
   std::string model;
+  CLI::Option* model_option = nullptr;  // to tell `--model ""` from no --model
+  std::string seed_text = "0";
   std::string prompt_ids = "1";
   std::int64_t steps = 128;
   std::string mode = "reduce-overhead";
   double temperature = 0.0;
-  std::uint64_t seed = 0;
   std::optional<std::int64_t> stop_id;
   bool print_ids = false;
   std::string dump_logits;
@@ -49,25 +52,46 @@ std::vector<std::int64_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-void write_file(const std::string& path, const std::string& data, const char* what) {
-  std::ofstream out(path, std::ios::binary);
-  SG_CHECK(out.good(), what, ": cannot write ", path);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  SG_CHECK(out.good(), what, ": writing ", path, " failed");
+// An unsigned 64-bit decimal: "-1" and 2^64 are errors, not wrapped values.
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  SG_CHECK(!text.empty() && ec == std::errc() && ptr == end, "--seed: '", text,
+           "' is not an integer in [0, 18446744073709551615]");
+  return v;
+}
+
+// An output file (Note [Temporary files] in sinkgraph/files.h): created before
+// any work, so an unwritable destination fails at once; written and renamed
+// into place at the end; removed on error or interrupt.
+std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path,
+                                                         const char* flag) {
+  if (path.empty()) return nullptr;
+  try {
+    return std::make_unique<sinkgraph::TempFile>(path);
+  } catch (const Error& e) {
+    SG_CHECK(false, flag, ": ", e.what());
+  }
+  return nullptr;
 }
 
 int run(const CliOptions& o) {
+  SG_CHECK(o.model_option == nullptr || o.model_option->count() == 0 || !o.model.empty(),
+           "--model: the path is empty (leave --model out for the built-in model)");
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
   g.steps = o.steps;
   g.mode = parse_mode(o.mode);
   g.temperature = o.temperature;
-  g.seed = o.seed;
+  g.seed = parse_seed(o.seed_text);
   g.stop_id = o.stop_id;
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
   SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
   SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+  const auto logits_file = output_file(o.dump_logits, "--dump-logits");
+  const auto trace_file = output_file(o.trace, "--trace");
 
   // stdout holds only the requested lines when --print-ids or --stats is given.
   const bool machine = o.print_ids || o.stats;
@@ -76,20 +100,23 @@ int run(const CliOptions& o) {
                                        ? models::random_model(models::builtin_config(), 0)
                                        : models::load_model(o.model);
   const models::LlamaConfig& c = model.config();
-  SG_CHECK(static_cast<std::int64_t>(g.prompt.size()) + g.steps <= c.max_seq_len, "prompt (",
+  const auto prompt_tokens = static_cast<std::int64_t>(g.prompt.size());
+  SG_CHECK(prompt_tokens <= c.max_seq_len && g.steps <= c.max_seq_len - prompt_tokens, "prompt (",
            g.prompt.size(), " tokens) plus --steps ", g.steps, " exceeds the model's seq_len ",
            c.max_seq_len);
 
   const GenerateResult r = generate(model, g);
   for (const auto& note : r.notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
 
-  if (!o.dump_logits.empty()) {
-    write_file(o.dump_logits,
-               std::string(reinterpret_cast<const char*>(r.logits.data()),
-                           r.logits.size() * sizeof(float)),
-               "--dump-logits");
+  if (logits_file) {
+    logits_file->write(std::string_view(reinterpret_cast<const char*>(r.logits.data()),
+                                        r.logits.size() * sizeof(float)));
+    logits_file->commit();
   }
-  if (!o.trace.empty()) write_file(o.trace, chrome_trace_json(r), "--trace");
+  if (trace_file) {
+    trace_file->write(chrome_trace_json(r));
+    trace_file->commit();
+  }
   if (o.explain)
     std::fprintf(report, "%s",
                  r.explain.empty() ? "eager mode: nothing compiled\n" : r.explain.c_str());
@@ -126,16 +153,16 @@ int run(const CliOptions& o) {
 void add_generate_command(CLI::App& app, int& status) {
   auto o = std::make_shared<CliOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate token ids with a Llama model");
-  cmd->add_option("--model", o->model,
-                  "llama2.c .bin, .safetensors (config.json beside it) or a folder; "
-                  "default: the built-in random model");
+  o->model_option = cmd->add_option("--model", o->model,
+                                    "llama2.c .bin, .safetensors (config.json beside it) or a "
+                                    "folder; default: the built-in random model");
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "prompt token ids, space separated (default: \"1\", BOS)");
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
   cmd->add_option("--mode", o->mode, "eager, reduce-overhead (default) or max-autotune")
       ->check(CLI::IsMember({"eager", "reduce-overhead", "max-autotune"}));
   cmd->add_option("--temperature", o->temperature, "0 (default) is greedy; > 0 samples");
-  cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
+  cmd->add_option("--seed", o->seed_text, "sampling seed, 0 to 2^64-1 (default 0)");
   cmd->add_option("--stop-id", o->stop_id, "stop after generating this id");
   cmd->add_flag("--print-ids", o->print_ids, "print one line 'ids: ...' with the generated ids");
   cmd->add_option("--dump-logits", o->dump_logits,

@@ -1,14 +1,18 @@
 // `sinkgraph ir FILE [--passes a,b] [--print]`: parse, verify, run passes.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "commands.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/files.h"
 #include "sinkgraph/ir.h"
 #include "sinkgraph/passes.h"
 
 namespace sinkgraph::tools {
+
+namespace {
+// The largest IR file `sinkgraph ir` reads (docs/robustness.md).
+constexpr std::uint64_t kMaxIrBytes = 64ULL << 20;
+}  // namespace
 
 void add_ir_command(CLI::App& app, int& status) {
   struct Options {
@@ -25,12 +29,14 @@ void add_ir_command(CLI::App& app, int& status) {
   cmd->callback([options, &status] {
     // Unknown pass names fail before any work.
     passes::PassManager manager;
-    for (const auto& name : options->passes) manager.add(passes::find_pass(name));
-    std::ifstream in(options->file, std::ios::binary);
-    SG_CHECK(in.good(), options->file, ": cannot open the file");
-    std::stringstream text;
-    text << in.rdbuf();
-    auto graph = ir::parse(text.str(), options->file);
+    for (const auto& name : options->passes) {
+      SG_CHECK(!name.empty(), "--passes: an empty pass name (two commas in a row, or a comma at "
+               "an end)");
+      manager.add(passes::find_pass(name));
+    }
+    // Note [Reading untrusted paths]: a regular file, at most kMaxIrBytes.
+    const std::string text = read_text_file(options->file, kMaxIrBytes, "IR file");
+    auto graph = ir::parse(text, options->file);
     ir::verify(*graph, options->file);
     passes::PassContext ctx;
     manager.run(*graph, ctx);

@@ -1,6 +1,7 @@
 // `sinkgraph make-model`: writes a seeded random Llama checkpoint.
 #include <filesystem>
 #include <iostream>
+#include <unistd.h>
 
 #include "commands.h"
 #include "sinkgraph/error.h"
@@ -45,6 +46,18 @@ void add_make_model_command(CLI::App& app, int& status) {
     SG_CHECK(o->format == "safetensors" || config.rope_style == ops::RopeStyle::interleaved,
              "make-model: llama2c checkpoints use interleaved rope; --rope-style half needs "
              "--format safetensors");
+    // Resource limit (docs/robustness.md): writing holds the weights about
+    // three times (the tensors, their host copy, the file's bytes), so they
+    // must fit three times in this machine's memory; say so instead of dying
+    // of bad_alloc halfway.
+    config.validate("make-model");
+    const std::int64_t weight_bytes = config.num_parameters() * 4;
+    const auto memory = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<std::int64_t>(::sysconf(_SC_PAGE_SIZE));
+    SG_CHECK(memory <= 0 || weight_bytes <= memory / 3, "make-model: ", config.str(), " has ",
+             config.num_parameters(), " weights (", weight_bytes,
+             " bytes in f32); writing it needs about three times that, and this machine has ",
+             memory, " bytes of memory (the limit is a third of it)");
     const models::LlamaModel model = models::random_model(config, o->seed);
     const auto parent = std::filesystem::path(o->out).parent_path();
     std::error_code ec;

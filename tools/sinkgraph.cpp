@@ -1,11 +1,38 @@
 // The `sinkgraph` command-line tool. Exit status: 0 success, 2 any user error
 // (bad flag, bad file, bad ids, too long), 1 an internal error.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 
 #include "commands.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/files.h"
+
+namespace {
+
+// Note [Temporary files] in sinkgraph/files.h: an interrupted run leaves no
+// half-written output behind. The handler only unlinks (async-signal-safe),
+// then dies of the same signal.
+void on_fatal_signal(int sig) {
+  sinkgraph::remove_temp_files_on_signal();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+// stdout is the product of --print-ids, --stats and `ir --print`: a full
+// device or a closed stdout must not pass for success.
+bool stdout_ok() {
+  std::cout.flush();
+  const bool c_ok = std::fflush(stdout) == 0 && std::ferror(stdout) == 0;
+  return c_ok && !std::cout.fail();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_fatal_signal);
   CLI::App app{"sinkgraph: graph capture-and-replay runtime"};
   app.require_subcommand(1);
   int status = 0;
@@ -24,6 +51,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 1;
+  }
+  if (!stdout_ok()) {
+    std::fprintf(stderr, "error: cannot write to standard output: %s\n", std::strerror(errno));
+    return 2;
   }
   return status;
 }

@@ -123,10 +123,21 @@ class SG_API Graph {
   // fresh name. Throws sinkgraph::Error when the shape function rejects it.
   Node* add_node(const OpDef& op, std::vector<Value*> operands, std::vector<NamedAttr> attrs,
                  const std::string& result_name = "", Node* before = nullptr);
-  // Removes a node whose results have no uses.
+  // Removes a node whose results have no uses (checked in debug builds: the
+  // check walks the graph). O(1).
   void erase(Node* node);
-  // Rewrites every operand and output use of `from` to `to`.
+  // Makes `node` compute `op` over `operands` and `attrs` instead, in place:
+  // same position, same result value (name and uses kept); the result's meta
+  // is inferred again. Single-result nodes. O(1) but for the shape function.
+  void rewrite(Node* node, const OpDef& op, std::vector<Value*> operands,
+               std::vector<NamedAttr> attrs);
+  // Rewrites every operand and output use of `from` to `to`. O(nodes): a
+  // pass replacing many values collects them and calls replace_uses once.
   void replace_all_uses(Value* from, Value* to);
+  // Every use of a key becomes a use of its value, following chains
+  // (a -> b, b -> c: uses of a become uses of c). One walk over the graph.
+  void replace_uses(const std::unordered_map<const Value*, Value*>& replacements);
+  // O(nodes): passes count uses once (use_counts in src/passes) instead.
   [[nodiscard]] std::size_t num_uses(const Value* value) const;
 
   [[nodiscard]] const std::vector<Value*>& inputs() const { return inputs_; }
@@ -140,10 +151,12 @@ class SG_API Graph {
 
  private:
   Value* new_value(const std::string& name);
-  std::vector<std::unique_ptr<Value>> values_;
+  std::unordered_map<const Value*, std::unique_ptr<Value>> values_;
   std::unordered_map<std::string, Value*> by_name_;
   std::vector<Value*> inputs_;
   std::list<std::unique_ptr<Node>> nodes_;
+  // Each node's place in nodes_, so erase and insert-before are O(1).
+  std::unordered_map<const Node*, std::list<std::unique_ptr<Node>>::iterator> where_;
   std::uint64_t next_id_ = 0;
 };
 

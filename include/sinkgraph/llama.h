@@ -36,6 +36,9 @@ struct SG_API LlamaConfig {
   [[nodiscard]] std::int64_t kv_dim() const { return head_size() * n_kv_heads; }
   // Throws sinkgraph::Error naming `source` for absurd or inconsistent values.
   void validate(const std::string& source) const;
+  // Weights (values) the model holds; the classifier counts once when shared.
+  // Call on a validated config (validate() bounds every factor, so no overflow).
+  [[nodiscard]] std::int64_t num_parameters() const;
   [[nodiscard]] std::string str() const;
 };
 
@@ -65,8 +68,12 @@ class SG_API LlamaModel {
   // code: eager when called directly, recorded when traced.
   [[nodiscard]] Tensor forward(const Tensor& tokens, const SymInt& pos0,
                                const Tensor& kv_cache) const;
-  // A zeroed KV cache for this model.
+  // A zeroed KV cache for this model: [n_layers, 2, positions, n_kv_heads,
+  // head_size], for max_seq_len positions unless fewer are asked for (size it
+  // by the work: a prompt plus the steps to generate). forward() reads the
+  // number of positions from the cache it is given.
   [[nodiscard]] Tensor new_kv_cache() const;
+  [[nodiscard]] Tensor new_kv_cache(std::int64_t positions) const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).
   [[nodiscard]] TracedFn as_function() const;
   // Every weight by its checkpoint name ("layers.0.attention.wq.weight"), as

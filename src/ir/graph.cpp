@@ -59,8 +59,9 @@ Graph::Graph(std::string graph_name) : name(std::move(graph_name)) {}
 Value* Graph::new_value(const std::string& value_name) {
   SG_CHECK(!value_name.empty(), "a value needs a name");
   SG_CHECK(!by_name_.contains(value_name), "value %", value_name, " is defined twice");
-  values_.push_back(std::make_unique<Value>());
-  Value* v = values_.back().get();
+  auto owned = std::make_unique<Value>();
+  Value* v = owned.get();
+  values_.emplace(v, std::move(owned));
   v->name = value_name;
   by_name_.emplace(value_name, v);
   return v;
@@ -108,12 +109,43 @@ Node* Graph::add_node(const OpDef& op, std::vector<Value*> operands, std::vector
   Node* raw = node.get();
   auto pos = nodes_.end();
   if (before != nullptr) {
-    pos = std::find_if(nodes_.begin(), nodes_.end(),
-                       [&](const auto& n) { return n.get() == before; });
-    SG_ASSERT(pos != nodes_.end(), "add_node: `before` is not in this graph");
+    const auto it = where_.find(before);
+    SG_ASSERT(it != where_.end(), "add_node: `before` is not in this graph");
+    pos = it->second;
   }
-  nodes_.insert(pos, std::move(node));
+  where_.emplace(raw, nodes_.insert(pos, std::move(node)));
   return raw;
+}
+
+void Graph::rewrite(Node* node, const OpDef& op, std::vector<Value*> operands,
+                    std::vector<NamedAttr> attrs) {
+  SG_ASSERT(node->results.size() == 1, "rewrite: only single-result nodes");
+  SG_ASSERT(where_.contains(node), "rewrite: the node is not in this graph");
+  Node fresh;
+  fresh.op = &op;
+  fresh.operands = std::move(operands);
+  fresh.attrs = std::move(attrs);
+  const TensorMeta meta = infer_meta(fresh);  // throws before anything changes
+  node->op = &op;
+  node->operands = std::move(fresh.operands);
+  node->attrs = std::move(fresh.attrs);
+  node->reuse = -1;
+  node->placed = false;
+  node->result()->meta = meta;
+}
+
+void Graph::replace_uses(const std::unordered_map<const Value*, Value*>& replacements) {
+  if (replacements.empty()) return;
+  const auto resolve = [&](Value* v) {
+    for (auto it = replacements.find(v); it != replacements.end(); it = replacements.find(v)) {
+      v = it->second;
+    }
+    return v;
+  };
+  for (auto& node : nodes_) {
+    for (Value*& o : node->operands) o = resolve(o);
+  }
+  for (Value*& o : outputs) o = resolve(o);
 }
 
 std::size_t Graph::num_uses(const Value* value) const {
@@ -125,18 +157,22 @@ std::size_t Graph::num_uses(const Value* value) const {
 }
 
 void Graph::erase(Node* node) {
+#ifndef NDEBUG
+  // O(nodes): only where quadratic passes are affordable (debug builds).
   for (const Value* r : node->results) {
     SG_ASSERT(num_uses(r) == 0, "erase: %", r->name, " still has uses");
   }
-  const auto it =
-      std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == node; });
-  SG_ASSERT(it != nodes_.end(), "erase: node is not in this graph");
+#endif
+  const auto it = where_.find(node);
+  SG_ASSERT(it != where_.end(), "erase: node is not in this graph");
+  const auto pos = it->second;
+  where_.erase(it);
   for (Value* r : node->results) {
     by_name_.erase(r->name);
     r->producer = nullptr;
-    std::erase_if(values_, [&](const auto& v) { return v.get() == r; });
+    values_.erase(r);
   }
-  nodes_.erase(it);
+  nodes_.erase(pos);
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
@@ -183,7 +219,8 @@ std::unique_ptr<Graph> Graph::clone() const {
       copy->results.push_back(v);
       map[r] = v;
     }
-    out->nodes_.push_back(std::move(copy));
+    Node* raw = copy.get();
+    out->where_.emplace(raw, out->nodes_.insert(out->nodes_.end(), std::move(copy)));
   }
   for (const Value* o : outputs) out->outputs.push_back(map.at(o));
   out->next_id_ = next_id_;

@@ -1,6 +1,8 @@
 #include "models/checkpoint_common.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -8,24 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sinkgraph/files.h"
 #include "sinkgraph/error.h"
 
 namespace sinkgraph::models::detail {
 
 MappedFile::MappedFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SG_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    SG_CHECK(false, path, ": cannot stat: ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    SG_CHECK(false, path, ": not a regular file");
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
+  // Note [Reading untrusted paths] in sinkgraph/files.h: never blocks on a FIFO.
+  std::uint64_t size = 0;
+  const int fd = sinkgraph::open_regular_file(path, size, "checkpoint");
+  size_ = static_cast<std::size_t>(size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -67,7 +61,30 @@ std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset
   return v;
 }
 
-Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape) {
+namespace {
+// The index of the first value that is not finite, or n. Exponent bits all
+// set means inf or NaN; the loop is branch-free per block so it vectorizes.
+std::size_t first_non_finite(const float* v, std::size_t n) {
+  constexpr std::size_t kBlock = 256;
+  for (std::size_t start = 0; start < n; start += kBlock) {
+    const std::size_t end = std::min(n, start + kBlock);
+    std::uint32_t bad = 0;
+    for (std::size_t i = start; i < end; ++i) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, v + i, 4);
+      bad |= static_cast<std::uint32_t>((bits & 0x7f800000U) == 0x7f800000U);
+    }
+    if (bad == 0) continue;
+    for (std::size_t i = start; i < end; ++i) {
+      if (!std::isfinite(v[i])) return i;
+    }
+  }
+  return n;
+}
+}  // namespace
+
+Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
+                     const std::string& name) {
   const auto n = static_cast<std::size_t>(sinkgraph::numel(shape));
   SG_ASSERT(is_floating(dtype) && raw.size() == n * dtype_size(dtype),
             "decode_tensor: ", raw.size(), " bytes for ", n, " values");
@@ -81,6 +98,9 @@ Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape
       values[i] = dtype == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
     }
   }
+  const std::size_t bad = first_non_finite(values.data(), n);
+  SG_CHECK(bad == n, name, " holds a value that is not finite (", values[bad], ") at index ", bad,
+           " of ", n, "; a checkpoint's weights must all be finite numbers");
   return Tensor::from_floats(values, shape, DType::f32);
 }
 
@@ -107,21 +127,8 @@ void append_i32(std::vector<std::uint8_t>& out, std::int32_t value) {
 }
 
 void write_file(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  SG_CHECK(f != nullptr, path, ": cannot write: ", std::strerror(errno));
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const int write_err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed) {
-    std::remove(tmp.c_str());
-    SG_CHECK(false, path, ": cannot write ", bytes.size(), " bytes: ", std::strerror(write_err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    SG_CHECK(false, path, ": cannot replace: ", std::strerror(err));
-  }
+  // Note [Temporary files] in sinkgraph/files.h.
+  sinkgraph::write_file_atomically(path, bytes);
 }
 
 void write_file(const std::string& path, std::span<const std::uint8_t> bytes) {

@@ -47,8 +47,12 @@ std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset
                        const std::string& file, const std::string& what);
 
 // A new f32 tensor of `shape` decoded from `raw` (little-endian values of
-// `dtype`: f32, f16 or bf16); raw.size() must be numel * dtype_size.
-Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape);
+// `dtype`: f32, f16 or bf16); raw.size() must be numel * dtype_size. A value
+// that is not finite (NaN, ±inf) is a sinkgraph::Error naming `name` and the
+// first such index: a checkpoint with one would load and silently generate
+// NaN logits.
+Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
+                     const std::string& name);
 
 // Appends `t`'s values converted to `dtype` (f32, f16 or bf16), little-endian.
 void append_encoded(std::vector<std::uint8_t>& out, const Tensor& t, DType dtype);

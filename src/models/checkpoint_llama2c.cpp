@@ -150,7 +150,9 @@ LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string&
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_segment(c, &weights, [&](Segment<Tensor>&& s) {
     const auto raw = detail::checked_range(bytes, s.offset, s.nbytes, name, "tensor " + s.name);
-    if (s.slot != nullptr) *s.slot = detail::decode_tensor(raw, DType::f32, s.shape);
+    if (s.slot != nullptr) {
+      *s.slot = detail::decode_tensor(raw, DType::f32, s.shape, name + ": tensor " + s.name);
+    }
     return true;
   });
   if (c.shared_classifier) weights.output = weights.tok_embeddings;

@@ -1,5 +1,6 @@
 // safetensors checkpoints with config.json beside them (docs/model.md), and
 // load_model(), which picks the reader from the path.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
+#include "sinkgraph/files.h"
 #include "models/checkpoint_common.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/llama.h"
@@ -25,11 +28,56 @@ namespace fs = std::filesystem;
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::uint64_t kMaxConfigBytes = 1'000'000;
 
-// A JSON value for a message, cut short.
+// Note [Bounded JSON]: values are parsed at most kMaxJsonDepth deep, keys are
+// unique per object (JSON allows duplicates and nlohmann keeps the last: a
+// silent choice), and a bad value is quoted by a bounded excerpt, never by
+// dumping it whole (a recursive dump of a deep value overflowed the stack).
+constexpr int kMaxJsonDepth = 64;
+
 std::string brief(const json& v) {
-  std::string text = v.dump();
+  if (v.is_array()) return "an array of " + std::to_string(v.size());
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  std::string text = v.dump();  // a scalar: not recursive
   if (text.size() > 80) text = text.substr(0, 77) + "...";
   return text;
+}
+
+// Parses `text` under Note [Bounded JSON]; errors name `source`.
+json parse_json(std::string_view text, const std::string& source, const char* what) {
+  std::vector<std::vector<std::string>> keys;  // per open object
+  const json::parser_callback_t check = [&](int depth, json::parse_event_t event,
+                                            json& parsed) -> bool {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        SG_CHECK(depth < kMaxJsonDepth, source, ": ", what, " nests deeper than ", kMaxJsonDepth,
+                 " levels");
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!keys.empty()) {
+          auto& seen = keys.back();
+          SG_CHECK(std::find(seen.begin(), seen.end(), key) == seen.end(), source, ": ", what,
+                   " has the key \"", key.substr(0, 80), "\" twice in one object");
+          seen.push_back(key);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), check);
+  } catch (const json::exception& e) {
+    SG_CHECK(false, source, ": ", what, " is malformed JSON: ", e.what());
+  }
+  return {};
 }
 
 // ---- config.json ----
@@ -56,12 +104,7 @@ double config_number(const json& j, const char* key, double fallback, const std:
 }
 
 LlamaConfig parse_config(std::string_view text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    SG_CHECK(false, source, ": malformed JSON: ", e.what());
-  }
+  const json j = parse_json(text, source, "the config");
   SG_CHECK(j.is_object(), source, ": expected a JSON object, got ", j.type_name());
   LlamaConfig c;
   c.dim = config_int(j, "dim", source);
@@ -240,12 +283,9 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
            " runs past the end of the file (", bytes.size(), " bytes)");
   const auto header_bytes = bytes.subspan(8, static_cast<std::size_t>(header_len));
   const auto data = bytes.subspan(8 + static_cast<std::size_t>(header_len));
-  json header;
-  try {
-    header = json::parse(header_bytes.begin(), header_bytes.end());
-  } catch (const json::exception& e) {
-    SG_CHECK(false, name, ": the header is malformed JSON: ", e.what());
-  }
+  const json header = parse_json(
+      std::string_view(reinterpret_cast<const char*>(header_bytes.data()), header_bytes.size()),
+      name, "the header");
   SG_CHECK(header.is_object(), name, ": the header must be a JSON object, got ",
            header.type_name());
 
@@ -268,7 +308,6 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
     entries.emplace(key, std::make_pair(*slot, e));
   }
   c.shared_classifier = !entries.contains("output.weight");
-
   // Required tensors, in a fixed order; the walk stops at the first missing one.
   const std::uint64_t required = 2 + kLayerFields * static_cast<std::uint64_t>(c.n_layers);
   const std::uint64_t present = entries.size() - (c.shared_classifier ? 0 : 1);
@@ -284,13 +323,30 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
     }
     SG_ASSERT(false, "safetensors: ", present, " of ", required, " tensors but none missing");
   }
+  // The tensors cover the data section exactly once, as the format requires:
+  // no two overlap and no bytes lie between or after them.
+  std::vector<std::pair<std::uint64_t, const std::string*>> ranges;
+  for (const auto& [key, se] : entries) ranges.emplace_back(se.second.begin, &key);
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t covered = 0;
+  for (const auto& [begin, key] : ranges) {
+    const Entry& e = entries.at(*key).second;
+    SG_CHECK(begin >= covered, name, ": tensor ", *key, " (bytes [", e.begin, ", ", e.end,
+             ")) overlaps the tensor before it, which ends at byte ", covered);
+    SG_CHECK(begin == covered, name, ": bytes [", covered, ", ", begin,
+             ") of the data section belong to no tensor (a hole before tensor ", *key, ")");
+    covered = e.end;
+  }
+  SG_CHECK(covered == data.size(), name, ": bytes [", covered, ", ", data.size(),
+           ") at the end of the data section belong to no tensor");
+
 
   LlamaWeights weights;
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   for (const auto& [key, se] : entries) {
     const auto& [slot, e] = se;
     const auto raw = detail::checked_range(data, e.begin, e.end - e.begin, name, "tensor " + key);
-    Tensor t = detail::decode_tensor(raw, e.dtype, e.shape);
+    Tensor t = detail::decode_tensor(raw, e.dtype, e.shape, name + ": tensor " + key);
     if (slot.layer >= 0) {
       weights.layers[static_cast<std::size_t>(slot.layer)].*(kFields[slot.field].member) =
           std::move(t);
@@ -307,11 +363,7 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
 }
 
 std::string read_config_file(const std::string& path) {
-  SG_CHECK(fs::exists(path), path, ": config file not found");
-  const detail::MappedFile file(path);
-  SG_CHECK(file.bytes().size() <= kMaxConfigBytes, path, ": ", file.bytes().size(),
-           " bytes is too large for a config (limit ", kMaxConfigBytes, ")");
-  return {reinterpret_cast<const char*>(file.bytes().data()), file.bytes().size()};
+  return sinkgraph::read_text_file(path, kMaxConfigBytes, "config");
 }
 
 }  // namespace
@@ -325,26 +377,37 @@ LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes, const std::str
 }
 
 LlamaModel load_safetensors(const std::string& path, const std::string& config_path) {
+  const detail::MappedFile file(path);  // the checkpoint's own problems first
   const LlamaConfig c = parse_config(read_config_file(config_path), config_path);
   detail::validate_config(c, config_path);
-  const detail::MappedFile file(path);
   return parse_with_config(file.bytes(), c, path);
 }
 
 LlamaModel load_model(const std::string& path) {
+  SG_CHECK(!path.empty(), "the model path is empty");
+  // Each file is opened to learn why it cannot be read (not found, permission
+  // denied, not a regular file), and the message says what it is for.
+  const auto readable = [](const std::string& file, const std::string& context) {
+    try {
+      std::uint64_t size = 0;
+      ::close(sinkgraph::open_regular_file(file, size, "checkpoint file"));
+    } catch (const Error& e) {
+      SG_CHECK(false, context, e.what());
+    }
+  };
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const std::string model = (fs::path(path) / "model.safetensors").string();
     const std::string config = (fs::path(path) / "config.json").string();
-    SG_CHECK(fs::exists(model, ec), path, ": a model folder needs model.safetensors (", model,
-             " not found)");
-    SG_CHECK(fs::exists(config, ec), path, ": a model folder needs config.json (", config,
-             " not found)");
+    const std::string context = path + ": a model folder needs model.safetensors and config.json: ";
+    readable(model, context);
+    readable(config, context);
     return load_safetensors(model, config);
   }
   if (path.ends_with(".safetensors")) {
     const std::string config = (fs::path(path).parent_path() / "config.json").string();
-    SG_CHECK(fs::exists(config, ec), path, ": config.json not found beside it (", config, ")");
+    readable(config, path + ": needs config.json beside it: ");
+    readable(path, "");
     return load_safetensors(path, config);
   }
   return load_llama2c(path);

@@ -9,6 +9,12 @@
 
 namespace sinkgraph::models {
 
+std::int64_t LlamaConfig::num_parameters() const {
+  const std::int64_t per_layer =
+      2 * dim + 2 * dim * dim + 2 * kv_dim() * dim + 3 * hidden_dim * dim;
+  return vocab_size * dim * (shared_classifier ? 1 : 2) + n_layers * per_layer + dim;
+}
+
 void LlamaConfig::validate(const std::string& source) const {
   const auto in_range = [&](const char* name, std::int64_t v, std::int64_t hi) {
     SG_CHECK(v >= 1 && v <= hi, source, ": ", name, " is ", v, "; expected 1 <= ", name,
@@ -96,7 +102,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
     q = ops::rope(q, pos0, c.rope_theta, c.rope_style);
     k = ops::rope(k, pos0, c.rope_theta, c.rope_style);
     const Tensor layer = ops::narrow(kv_cache, 0, l, 1);  // [1, 2, S, Hkv, D]
-    const SymShape cache_shape{c.max_seq_len, c.n_kv_heads, d};
+    const SymShape cache_shape{kv_cache.sym_size(2), c.n_kv_heads, d};
     const Tensor k_cache = ops::view(ops::narrow(layer, 1, 0, 1), cache_shape);
     const Tensor v_cache = ops::view(ops::narrow(layer, 1, 1, 1), cache_shape);
     ops::index_copy_(k_cache, pos0, k);
@@ -112,9 +118,13 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
   return ops::linear(x, weights_.output);  // [P, vocab]
 }
 
-Tensor LlamaModel::new_kv_cache() const {
+Tensor LlamaModel::new_kv_cache() const { return new_kv_cache(config_.max_seq_len); }
+
+Tensor LlamaModel::new_kv_cache(std::int64_t positions) const {
   const LlamaConfig& c = config_;
-  return ops::zeros({c.n_layers, 2, c.max_seq_len, c.n_kv_heads, c.head_size()});
+  SG_CHECK(positions >= 1 && positions <= c.max_seq_len, "new_kv_cache: ", positions,
+           " positions; the model takes 1 to max_seq_len = ", c.max_seq_len);
+  return ops::zeros({c.n_layers, 2, positions, c.n_kv_heads, c.head_size()});
 }
 
 TracedFn LlamaModel::as_function() const {

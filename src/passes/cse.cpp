@@ -6,6 +6,9 @@
 // compute something else, so the rule is deliberately simple and sound:
 // nodes that write in place are never merged, and neither is a node whose
 // operands or result share storage with a tensor written anywhere in the graph.
+//
+// Cost: one walk; replacements resolved lazily (detail::Replacements), so
+// O(nodes + operands + attribute text), near-linear.
 #include <algorithm>
 #include <unordered_map>
 
@@ -15,8 +18,9 @@ namespace sinkgraph::passes {
 
 void cse(ir::Graph& graph, PassContext& /*ctx*/) {
   const auto mutated = detail::mutated_roots(graph);
+  detail::AliasRoots roots;
   auto touches_mutated = [&](const ir::Node& node) {
-    auto written = [&](const ir::Value* v) { return mutated.contains(detail::alias_root(v)); };
+    auto written = [&](const ir::Value* v) { return mutated.contains(roots.find(v)); };
     return std::ranges::any_of(node.operands, written) ||
            std::ranges::any_of(node.results, written);
   };
@@ -24,7 +28,9 @@ void cse(ir::Graph& graph, PassContext& /*ctx*/) {
   std::unordered_map<std::string, ir::Node*> seen;
   std::vector<ir::Node*> nodes;
   for (const auto& node : graph.nodes()) nodes.push_back(node.get());
+  detail::Replacements replaced;
   for (ir::Node* node : nodes) {
+    replaced.resolve_operands(*node);  // repeats of repeats merge too
     if (detail::mutates(*node) || touches_mutated(*node)) continue;
     std::string key = node->op_name();
     key += '(';
@@ -34,12 +40,10 @@ void cse(ir::Graph& graph, PassContext& /*ctx*/) {
     const auto [it, inserted] = seen.emplace(std::move(key), node);
     if (inserted) continue;
     const ir::Node* first = it->second;
-    if (first->results.size() != node->results.size()) continue;
-    for (std::size_t i = 0; i < node->results.size(); ++i) {
-      graph.replace_all_uses(node->results[i], first->results[i]);
-    }
-    graph.erase(node);
+    if (first->results.size() != 1 || node->results.size() != 1) continue;
+    replaced.replace(node->result(), first->result(), node);
   }
+  replaced.finish(graph);
 }
 
 }  // namespace sinkgraph::passes

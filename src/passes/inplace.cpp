@@ -18,6 +18,8 @@
 //   would read elements already overwritten).
 // %b then names %a's storage after the write, exactly like an in-place
 // operator's result, so alias_root() and the later passes see the sharing.
+//
+// Cost: O(nodes + operands), near-linear (alias roots by union-find).
 #include <unordered_map>
 
 #include "passes_internal.h"
@@ -54,7 +56,8 @@ std::unordered_set<const ir::Value*> strided_values(const ir::Graph& graph) {
 }  // namespace
 
 void inplace_pass(ir::Graph& graph, PassContext& /*ctx*/) {
-  using detail::alias_root;
+  detail::AliasRoots roots;
+  const auto alias_root = [&](const ir::Value* v) { return roots.find(v); };
   // Last node index reading each storage root (outputs: past the end).
   std::unordered_map<const ir::Value*, std::size_t> last_use;
   std::vector<ir::Node*> nodes;
@@ -85,6 +88,7 @@ void inplace_pass(ir::Graph& graph, PassContext& /*ctx*/) {
       // The result now shares `root`'s storage: its readers are the root's.
       const auto it = last_use.find(node->result());
       last_use[root] = it == last_use.end() ? i : it->second;
+      roots.alias(node->result(), root);
       break;
     }
   }

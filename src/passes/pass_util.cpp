@@ -40,8 +40,9 @@ const ir::Value* alias_root(const ir::Value* value) {
 
 std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph) {
   std::unordered_set<const ir::Value*> out;
+  AliasRoots roots;
   for (const auto& node : graph.nodes()) {
-    for (const std::size_t i : mutated_operands(*node)) out.insert(alias_root(node->operands[i]));
+    for (const std::size_t i : mutated_operands(*node)) out.insert(roots.find(node->operands[i]));
   }
   return out;
 }
@@ -59,33 +60,73 @@ ir::Node* next_node(const ir::Graph& graph, const ir::Node* node) {
 
 ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,
                        std::vector<ir::Value*> operands, std::vector<ir::NamedAttr> attrs) {
-  SG_ASSERT(old->results.size() == 1, "replace_node: only single-result nodes");
-  ir::Value* result = old->result();
-  const std::string name = result->name;
-  ir::Node* before = next_node(graph, old);
-  // Detach the uses (so the old node can go and free its name), then point
-  // them at the new result.
-  std::vector<std::pair<ir::Node*, std::size_t>> operand_uses;
-  std::vector<std::size_t> output_uses;
+  // In place: the result keeps its name, position and uses. O(1).
+  graph.rewrite(old, op, std::move(operands), std::move(attrs));
+  return old;
+}
+
+std::unordered_map<const ir::Value*, int> use_counts(const ir::Graph& graph) {
+  std::unordered_map<const ir::Value*, int> out;
   for (const auto& node : graph.nodes()) {
-    for (std::size_t i = 0; i < node->operands.size(); ++i) {
-      if (node->operands[i] == result) {
-        operand_uses.emplace_back(node.get(), i);
-        node->operands[i] = nullptr;
+    for (const ir::Value* o : node->operands) ++out[o];
+  }
+  for (const ir::Value* o : graph.outputs) ++out[o];
+  return out;
+}
+
+ir::Value* Replacements::resolve(ir::Value* value) {
+  // Chains are short-circuited as they are walked (a -> b -> c becomes a -> c).
+  ir::Value* v = value;
+  for (auto it = to_.find(v); it != to_.end(); it = to_.find(v)) v = it->second;
+  for (ir::Value* p = value; p != v;) {
+    ir::Value*& next = to_.at(p);
+    ir::Value* after = next;
+    next = v;
+    p = after;
+  }
+  return v;
+}
+
+void Replacements::resolve_operands(ir::Node& node) {
+  if (to_.empty()) return;
+  for (ir::Value*& o : node.operands) o = resolve(o);
+}
+
+void Replacements::finish(ir::Graph& graph) {
+  for (ir::Value*& o : graph.outputs) o = resolve(o);
+  // Users first: an erased node may read another erased node's result.
+  for (auto it = erased_.rbegin(); it != erased_.rend(); ++it) graph.erase(*it);
+  erased_.clear();
+  to_.clear();
+}
+
+const ir::Value* AliasRoots::find(const ir::Value* value) {
+  // Union-find with path compression: a value's parent is the operand it
+  // aliases (or itself), resolved lazily and shortened as it is walked.
+  const ir::Value* v = value;
+  std::vector<const ir::Value*> path;
+  for (;;) {
+    auto it = parent_.find(v);
+    if (it == parent_.end()) {
+      const ir::Value* up = v;
+      if (v->producer != nullptr) {
+        const int alias = v->producer->aliased_operand();
+        if (alias >= 0 && static_cast<std::size_t>(alias) < v->producer->operands.size()) {
+          up = v->producer->operands[static_cast<std::size_t>(alias)];
+        }
       }
+      it = parent_.emplace(v, up).first;
     }
+    if (it->second == v) break;
+    path.push_back(v);
+    v = it->second;
   }
-  for (std::size_t i = 0; i < graph.outputs.size(); ++i) {
-    if (graph.outputs[i] == result) {
-      output_uses.push_back(i);
-      graph.outputs[i] = nullptr;
-    }
-  }
-  graph.erase(old);
-  ir::Node* fresh = graph.add_node(op, std::move(operands), std::move(attrs), name, before);
-  for (const auto& [node, i] : operand_uses) node->operands[i] = fresh->result();
-  for (const std::size_t i : output_uses) graph.outputs[i] = fresh->result();
-  return fresh;
+  for (const ir::Value* p : path) parent_[p] = v;
+  return v;
+}
+
+void AliasRoots::alias(const ir::Value* value, const ir::Value* onto) {
+  parent_[find(value)] = find(onto);
 }
 
 std::string attr_key(const ir::Attr& attr) {

@@ -2,6 +2,7 @@
 // Shared helpers of the built-in passes (internal). Each pass lives in its own
 // file and is declared here so that pass_manager.cpp can list it.
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -33,8 +34,44 @@ inline bool mutates(const ir::Node& node) { return !mutated_operands(node).empty
 
 // The value whose storage `value` shares: follows views, the results of
 // in-place operators (schema alias_of) and `reuse` hints back to a fresh node
-// result or an input.
+// result or an input. O(length of the alias chain): a pass asking for many
+// values uses AliasRoots instead.
 const ir::Value* alias_root(const ir::Value* value);
+
+// alias_root for a whole pass: near O(1) per query (union-find with path
+// compression), so a chain of n in-place results costs O(n), not O(n^2).
+// alias(v, onto) records a new sharing (inplace_pass setting a `reuse`).
+class AliasRoots {
+ public:
+  const ir::Value* find(const ir::Value* value);
+  void alias(const ir::Value* value, const ir::Value* onto);
+
+ private:
+  std::unordered_map<const ir::Value*, const ir::Value*> parent_;
+};
+
+// Value replacements made during one forward walk over the nodes, applied
+// lazily: each node's operands are resolved when the walk reaches it
+// (resolve_operands), the outputs and the erasures at the end (finish). One
+// replace_all_uses per replaced value would make a pass O(nodes^2).
+class Replacements {
+ public:
+  // Uses of `from` become uses of `to`; `node` (which produced `from`) goes.
+  void replace(ir::Value* from, ir::Value* to, ir::Node* node) {
+    to_[from] = to;
+    erased_.push_back(node);
+  }
+  ir::Value* resolve(ir::Value* value);
+  void resolve_operands(ir::Node& node);
+  void finish(ir::Graph& graph);
+
+ private:
+  std::unordered_map<ir::Value*, ir::Value*> to_;
+  std::vector<ir::Node*> erased_;
+};
+
+// Uses of every value (operands and graph outputs), counted in one walk.
+std::unordered_map<const ir::Value*, int> use_counts(const ir::Graph& graph);
 
 // Roots (alias_root) of every tensor written in place anywhere in the graph.
 std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph);
@@ -42,8 +79,8 @@ std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph);
 // The node after `node` in program order, or null when it is the last.
 ir::Node* next_node(const ir::Graph& graph, const ir::Node* node);
 
-// Replaces `old` by a new node of `op` that keeps the old result's name and
-// position; every use of the old result now reads the new one. Returns it.
+// Makes `old` a node of `op` in place (Graph::rewrite): the result keeps its
+// name, position and uses. Returns it. O(1).
 ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,
                        std::vector<ir::Value*> operands, std::vector<ir::NamedAttr> attrs);
 

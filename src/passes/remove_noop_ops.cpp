@@ -26,6 +26,8 @@
 // would make a graph output the very Value of a graph input.
 #include <cmath>
 
+#include <unordered_set>
+
 #include "passes_internal.h"
 
 namespace sinkgraph::passes {
@@ -133,13 +135,16 @@ ir::Value* noop_copy_input(const ir::Node& node, const Mutated& mutated) {
 
 void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
   const auto mutated = detail::mutated_roots(graph);
+  detail::AliasRoots roots;
+  std::unordered_set<const ir::Value*> outputs(graph.outputs.begin(), graph.outputs.end());
   std::vector<ir::Node*> nodes;
   for (const auto& node : graph.nodes()) nodes.push_back(node.get());
+  detail::Replacements replaced;
   for (ir::Node* node : nodes) {
+    replaced.resolve_operands(*node);
     if (node->results.size() != 1 || node->operands.empty()) continue;
     ir::Value* result = node->result();
-    bool is_output = false;
-    for (const ir::Value* o : graph.outputs) is_output = is_output || o == result;
+    const bool is_output = outputs.contains(result);
     ir::Value* input = nullptr;
     if (node->op->schema.is_view) {
       input = noop_view_input(*node);
@@ -147,15 +152,16 @@ void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
     } else if (!detail::mutates(*node)) {
       input = noop_copy_input(*node, mutated);
       if (input != nullptr) {
-        const ir::Value* root = detail::alias_root(input);
+        const ir::Value* root = roots.find(input);
         const bool writes = mutated.contains(root) || mutated.contains(result);
         if (writes || (is_output && root->is_input())) input = nullptr;
       }
     }
     if (input == nullptr) continue;
-    graph.replace_all_uses(result, input);
-    graph.erase(node);
+    if (is_output) outputs.insert(input);  // the input now shows as that output
+    replaced.replace(result, input, node);
   }
+  replaced.finish(graph);
 }
 
 }  // namespace sinkgraph::passes

@@ -426,4 +426,31 @@ TEST(replay_safety, a_kernel_error_in_a_replay_names_the_operator_and_node) {
             block(std::vector<sg::Arg>{x, sg::SymInt(1), ke, ve})[0].to_floats());
 }
 
+// Found by the stress test: eager matrix products on two streams at once
+// (two stream workers inside OpenBLAS together) silently computed garbage.
+// Note [OpenBLAS is not reentrant] in src/kernels/cpu/linalg.cpp.
+TEST(replay_safety, eager_matmuls_on_two_streams_at_once_are_right) {
+  const sgtest::Mlp mlp;
+  std::vector<sg::Tensor> xs;
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 8; ++i) {
+    xs.push_back(sgtest::random_tensor({2, 64}, static_cast<std::uint32_t>(i + 1)));
+    want.push_back(eager(mlp, xs.back()));
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      const auto stream = sg::cpu().create_stream();
+      const sg::StreamGuard guard(*stream);
+      for (int i = 0; i < 4000; ++i) {
+        const auto k = static_cast<std::size_t>((i * 7 + t) % 8);
+        if (eager(mlp, xs[k]) != want[k]) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 }  // namespace

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <mutex>
 
 #include <cblas.h>
 
@@ -50,6 +51,21 @@ Mat describe(const TensorArg& t, std::int64_t offset, std::vector<float>& scratc
   return {scratch.data(), rows, cols, std::max<std::int64_t>(cols, 1), false};
 }
 
+// Note [OpenBLAS is not reentrant]
+// Debian's serial OpenBLAS (0.3.21, built SINGLE_THREADED without
+// USE_LOCKING) keeps its packing buffers in a process-wide table with no
+// lock: two threads inside sgemm at once can be handed the same buffer and
+// silently compute garbage. Every stream runs its kernels on a worker thread
+// of its own, so two streams doing matrix products at once did exactly that
+// (found by tests/compiler/replay_stress_test.cpp: 3 to 76 wrong results in
+// 12,000 eager MLP calls from two threads on their own streams). Every BLAS
+// call therefore holds this one lock: uncontended it costs one atomic pair per
+// product; contended, products on different streams take turns.
+std::mutex& blas_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 // out[M, N] = a[M, K] @ b[K, N], all f32 descriptions; out row-major with ld.
 void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
   const auto m = static_cast<blasint>(a.rows);
@@ -66,10 +82,12 @@ void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
     const auto rows = static_cast<blasint>(b.trans ? b.cols : b.rows);
     const auto cols = static_cast<blasint>(b.trans ? b.rows : b.cols);
     const auto inc_a = static_cast<blasint>(a.trans ? a.ld : 1);
+    const std::lock_guard blas(blas_mutex());  // Note [OpenBLAS is not reentrant]
     cblas_sgemv(CblasRowMajor, trans, rows, cols, 1.0F, b.ptr, static_cast<blasint>(b.ld), a.ptr,
                 inc_a, 0.0F, out, 1);
     return;
   }
+  const std::lock_guard blas(blas_mutex());  // Note [OpenBLAS is not reentrant]
   cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
               b.trans ? CblasTrans : CblasNoTrans, m, n, k, 1.0F, a.ptr, static_cast<blasint>(a.ld),
               b.ptr, static_cast<blasint>(b.ld), 0.0F, out, static_cast<blasint>(ldo));
