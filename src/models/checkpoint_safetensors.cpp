@@ -387,10 +387,11 @@ LlamaModel load_model(const std::string& path) {
   SG_CHECK(!path.empty(), "the model path is empty");
   // Each file is opened to learn why it cannot be read (not found, permission
   // denied, not a regular file), and the message says what it is for.
-  const auto readable = [](const std::string& file, const std::string& context) {
+  const auto readable = [](const std::string& file, const char* what,
+                           const std::string& context) {
     try {
       std::uint64_t size = 0;
-      ::close(sinkgraph::open_regular_file(file, size, "checkpoint file"));
+      ::close(sinkgraph::open_regular_file(file, size, what));
     } catch (const Error& e) {
       SG_CHECK(false, context, e.what());
     }
@@ -400,14 +401,14 @@ LlamaModel load_model(const std::string& path) {
     const std::string model = (fs::path(path) / "model.safetensors").string();
     const std::string config = (fs::path(path) / "config.json").string();
     const std::string context = path + ": a model folder needs model.safetensors and config.json: ";
-    readable(model, context);
-    readable(config, context);
+    readable(model, "checkpoint", context);
+    readable(config, "config", context);
     return load_safetensors(model, config);
   }
   if (path.ends_with(".safetensors")) {
     const std::string config = (fs::path(path).parent_path() / "config.json").string();
-    readable(config, path + ": needs config.json beside it: ");
-    readable(path, "");
+    readable(config, "config", path + ": needs config.json beside it: ");
+    readable(path, "checkpoint", "");
     return load_safetensors(path, config);
   }
   return load_llama2c(path);

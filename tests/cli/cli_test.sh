@@ -56,7 +56,7 @@ keys = ["mode", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "de
         "decode_us_per_token", "captured", "replayed", "prefill_captured", "decode_captured",
         "recapture_due_to_mutated_input_change", "recapture_due_to_parameter_change",
         "recapture_due_to_force_recapture", "eager_fallback_due_to_capture_limit",
-        "pool_reserved_bytes", "peak_allocated_bytes"]
+        "pool_reserved_bytes", "peak_allocated_bytes", "kv_cache_bytes"]
 missing = [k for k in keys if k not in s]
 assert not missing, missing
 assert s["mode"] == "reduce-overhead" and s["generated_tokens"] == 6 and s["decode_captured"] == 1, s
@@ -114,6 +114,127 @@ expect ir-unknown-pass-named grep -q "nope" "$tmp/err"
 printf 'graph @g(%%x: f32[4] input) {\n  %%a = rleu(%%x)\n  return (%%a)\n}\n' >"$tmp/bad.ir"
 check ir-bad 2 -- "$bin" ir "$tmp/bad.ir"
 expect ir-bad-location grep -q "bad.ir:2:8" "$tmp/err"
+
+# ---- Hostile input (docs/robustness.md): exit 2, one clear message naming the
+# file, nothing left behind, never a hang.
+nothing_left() {  # nothing_left DIR: no temporary of ours in DIR
+  ! ls -a "$1" | grep -q '\.tmp'
+}
+mkdir -p "$tmp/h"
+mkfifo "$tmp/h/fifo"
+check fifo-model 2 -- timeout 20 "$bin" generate --model "$tmp/h/fifo" --steps 2
+expect fifo-model-said grep -q "not a regular file (a FIFO)" "$tmp/err"
+check fifo-ir 2 -- timeout 20 "$bin" ir "$tmp/h/fifo"
+mkdir -p "$tmp/h/st"
+cp "$tmp/st/model.safetensors" "$tmp/h/st/"
+mkfifo "$tmp/h/st/config.json"
+check fifo-config 2 -- timeout 20 "$bin" generate --model "$tmp/h/st" --steps 2
+expect fifo-config-said grep -q "config.json: the config is not a regular file" "$tmp/err"
+check dev-zero-ir 2 -- timeout 20 "$bin" ir /dev/zero
+expect dev-zero-said grep -q "character device" "$tmp/err"
+# JSON nested 100,000 deep in config.json and in a safetensors header entry.
+python3 - "$tmp/h" "$tmp/st" <<'PY'
+import json, os, struct, sys
+out, st = sys.argv[1], sys.argv[2]
+deep = "[" * 100000 + "]" * 100000
+os.makedirs(f"{out}/deepcfg", exist_ok=True)
+open(f"{out}/deepcfg/config.json", "w").write('{"dim": ' + deep + "}")
+os.link(f"{st}/model.safetensors", f"{out}/deepcfg/model.safetensors")
+data = open(f"{st}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+text = json.dumps(header)[:-1] + ', "x": ' + deep + "}"
+os.makedirs(f"{out}/deephdr", exist_ok=True)
+open(f"{out}/deephdr/config.json", "w").write(open(f"{st}/config.json").read())
+open(f"{out}/deephdr/model.safetensors", "wb").write(struct.pack("<Q", len(text)) + text.encode() + data[8 + n:])
+# A duplicate key, a NaN weight, a hole in the data section.
+cfg = open(f"{st}/config.json").read()
+os.makedirs(f"{out}/dupkey", exist_ok=True)
+open(f"{out}/dupkey/config.json", "w").write(cfg.replace("{", '{"dim": 7, ', 1))
+os.link(f"{st}/model.safetensors", f"{out}/dupkey/model.safetensors")
+name, entry = next((k, v) for k, v in header.items() if k.endswith("attention_norm.weight"))
+begin = 8 + n + entry["data_offsets"][0]
+os.makedirs(f"{out}/nan", exist_ok=True)
+open(f"{out}/nan/config.json", "w").write(cfg)
+blob = bytearray(data)
+blob[begin:begin + 2] = struct.pack("<H", 0x7FC0)  # bf16 NaN
+open(f"{out}/nan/model.safetensors", "wb").write(bytes(blob))
+hole = dict(header)
+last = max((k for k in hole if k != "__metadata__"), key=lambda k: hole[k]["data_offsets"][1])
+text = json.dumps(hole)
+os.makedirs(f"{out}/hole", exist_ok=True)
+open(f"{out}/hole/config.json", "w").write(cfg)
+open(f"{out}/hole/model.safetensors", "wb").write(struct.pack("<Q", len(text)) + text.encode() + data[8 + n:] + b"\0" * 64)
+PY
+check deep-config 2 -- "$bin" generate --model "$tmp/h/deepcfg" --steps 2
+expect deep-config-said grep -q "nests deeper than 64 levels" "$tmp/err"
+check deep-header 2 -- "$bin" generate --model "$tmp/h/deephdr" --steps 2
+expect deep-header-said grep -q "nests deeper than 64 levels" "$tmp/err"
+check duplicate-key 2 -- "$bin" generate --model "$tmp/h/dupkey" --steps 2
+expect duplicate-key-said grep -q 'has the key "dim" twice' "$tmp/err"
+check nan-weight 2 -- "$bin" generate --model "$tmp/h/nan" --steps 2
+expect nan-weight-said grep -q "attention_norm.weight holds a value that is not finite (nan) at index 0" "$tmp/err"
+check hole 2 -- "$bin" generate --model "$tmp/h/hole" --steps 2
+expect hole-said grep -q "at the end of the data section belong to no tensor" "$tmp/err"
+# Sizes and arithmetic.
+check steps-overflow 2 -- "$bin" generate --model "$tmp/m.bin" --steps 9223372036854775807
+check make-model-too-big 2 -- "$bin" make-model --dim 65536 --layers 1024 --heads 64 --kv-heads 64 \
+  --hidden 1048576 --vocab 32000 --seq-len 16 --seed 1 --format llama2c --out "$tmp/h/big.bin"
+expect make-model-too-big-said grep -q "bytes of memory" "$tmp/err"
+expect make-model-too-big-nothing test ! -e "$tmp/h/big.bin"
+# Outputs: written whole or not at all.
+check dump-unwritable 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --dump-logits /nonexistent/x.bin
+expect dump-unwritable-said grep -q "cannot write here" "$tmp/err"
+check dump-too-large 2 -- bash -c "trap '' XFSZ; ulimit -f 1; exec '$bin' generate --steps 50 --dump-logits '$tmp/h/l.bin'"
+expect dump-too-large-said grep -q "File too large" "$tmp/err"
+expect dump-too-large-nothing test ! -e "$tmp/h/l.bin"
+expect dump-too-large-no-temp nothing_left "$tmp/h"
+"$bin" generate --steps 255 --mode eager --dump-logits "$tmp/h/int.bin" --trace "$tmp/h/int.json" \
+  >/dev/null 2>&1 &
+sleep 0.3
+kill -INT $! 2>/dev/null
+wait $! 2>/dev/null
+expect interrupt-no-output test ! -e "$tmp/h/int.bin" -a ! -e "$tmp/h/int.json"
+expect interrupt-no-temp nothing_left "$tmp/h"
+"$bin" make-model --dim 512 --layers 8 --heads 8 --kv-heads 8 --hidden 1376 --vocab 32000 \
+  --seq-len 256 --seed 1 --format safetensors --out "$tmp/h/mm/model.safetensors" >/dev/null 2>&1 &
+sleep 0.5
+kill -INT $! 2>/dev/null
+wait $! 2>/dev/null
+expect make-model-interrupt-no-temp nothing_left "$tmp/h/mm"
+ln -s "$tmp/h/target" "$tmp/h/link"
+check make-model-symlink 2 -- "$bin" make-model --dim 8 --layers 1 --heads 2 --kv-heads 2 --hidden 16 \
+  --vocab 32 --seq-len 8 --seed 1 --format llama2c --out "$tmp/h/link"
+expect make-model-symlink-said grep -q "not a regular file" "$tmp/err"
+expect make-model-symlink-kept test -L "$tmp/h/link" -a ! -e "$tmp/h/target"
+check make-model-device 2 -- "$bin" make-model --dim 8 --layers 1 --heads 2 --kv-heads 2 --hidden 16 \
+  --vocab 32 --seq-len 8 --seed 1 --format llama2c --out /dev/full
+expect make-model-device-kept test -c /dev/full
+# stdout that cannot be written.
+check stdout-full 2 -- bash -c "exec '$bin' generate --model '$tmp/m.bin' --steps 2 --print-ids >/dev/full"
+expect stdout-full-said grep -q "cannot write to standard output" "$tmp/err"
+check stdout-closed 2 -- bash -c "exec '$bin' generate --model '$tmp/m.bin' --steps 2 --print-ids >&-"
+check ir-print-full 2 -- bash -c "exec '$bin' ir '$tmp/g.ir' --print >/dev/full"
+# Flags.
+check model-empty 2 -- "$bin" generate --model "" --steps 2
+expect model-empty-said grep -q "path is empty" "$tmp/err"
+check seed-negative 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed -1
+check seed-too-large 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed 18446744073709551616
+check seed-max 0 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed 18446744073709551615 --print-ids
+check passes-empty 2 -- "$bin" ir "$tmp/g.ir" --passes cse,,dce
+expect passes-empty-said grep -q "empty pass name" "$tmp/err"
+check passes-trailing 2 -- "$bin" ir "$tmp/g.ir" --passes cse,
+chmod 000 "$tmp/m.bin"
+if [[ $(id -u) != 0 ]]; then
+  check permission 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2
+  expect permission-said grep -q "Permission denied" "$tmp/err"
+fi
+chmod 644 "$tmp/m.bin"
+# The KV cache follows the work, not max_seq_len (a million positions allowed).
+check big-seq-len 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
+  --vocab 64 --seq-len 1048576 --seed 3 --format llama2c --out "$tmp/h/long.bin"
+check kv-cache-sized 0 -- "$bin" generate --model "$tmp/h/long.bin" --steps 4 --stats
+expect kv-cache-bytes python3 -c "import json,sys; s=json.loads(open('$tmp/out').read().splitlines()[-1]); sys.exit(0 if s['kv_cache_bytes'] == 2*2*5*2*8*4 else 1)"
 
 # The shared reference model, when present.
 if [[ -f $shared/stories260K.bin ]]; then
