@@ -93,6 +93,18 @@ SG_PASS_BENCH(remove_cat_ops);
 SG_PASS_BENCH(pattern_fusion_pass);
 SG_PASS_BENCH(fuse_elementwise);
 
+// Memory planning (max-autotune, at capture) over the same chains.
+void BM_plan_memory(benchmark::State& state) {
+  const auto g = chain(state.range(0));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(sg::passes::plan_memory(*g, {}, /*assign=*/true).arena_bytes);
+  }
+  state.counters["per_node"] = benchmark::Counter(
+      static_cast<double>(state.range(0)),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_plan_memory)->RangeMultiplier(10)->Range(1000, 100000)->Unit(benchmark::kMillisecond);
+
 // The verifier runs after every pass (PassManager): it must be linear too.
 void BM_verify(benchmark::State& state) {
   const auto g = chain(state.range(0));

@@ -1,6 +1,7 @@
 // Writes the seed corpora of the checkpoint fuzzers: tiny random models of
 // fuzz_models.h's config in each format, dtype and classifier layout.
-// Usage: make_seeds OUT_DIR   (writes OUT_DIR/llama2c/* and OUT_DIR/safetensors/*)
+// Usage: make_seeds OUT_DIR   (writes OUT_DIR/llama2c/*, OUT_DIR/safetensors/*
+// and OUT_DIR/config/*: the config.json files written beside them)
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   fs::create_directories(out / "llama2c");
   fs::create_directories(out / "safetensors");
+  fs::create_directories(out / "config");
   for (const bool shared : {true, false}) {
     models::LlamaConfig c = sinkgraph::fuzz::tiny_config();
     c.shared_classifier = shared;
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
       fs::create_directories(dir);
       models::save_model(m, (dir / "model.safetensors").string(),
                          models::CheckpointFormat::safetensors, dtype);
+      fs::copy_file(dir / "config.json", out / "config" / (tag + ".json"),
+                    fs::copy_options::overwrite_existing);
       fs::rename(dir / "model.safetensors",
                  out / "safetensors" /
                      (tag + "_" + std::string(sinkgraph::dtype_name(dtype)) + ".safetensors"));

@@ -17,6 +17,8 @@
 // Values that share storage with a tensor written in place are never treated
 // as constants, and a graph output (or its storage) is never replaced by a
 // folded param: the caller would receive the param's own memory.
+//
+// Cost: O(nodes + operands) plus the folded kernels themselves, near-linear.
 #include <cmath>
 #include <unordered_map>
 
@@ -105,12 +107,13 @@ void fold_params(ir::Graph& graph, PassContext& ctx,
   // Storage a graph output shows stays computed per call: an output must not
   // become (a view of) a folded param, which the caller does not own.
   std::unordered_set<const ir::Value*> output_roots;
-  for (const ir::Value* o : graph.outputs) output_roots.insert(detail::alias_root(o));
+  detail::AliasRoots roots;
+  for (const ir::Value* o : graph.outputs) output_roots.insert(roots.find(o));
   std::vector<ir::Node*> evaluated;  // param-dependent, in program order
   std::vector<ir::Node*> constants;  // `full` nodes evaluated along the way
   for (const auto& node : graph.nodes()) {
     if (node->results.size() != 1 || detail::mutates(*node) || !concrete_attrs(*node)) continue;
-    const ir::Value* root = detail::alias_root(node->result());
+    const ir::Value* root = roots.find(node->result());
     if (mutated.contains(root) || output_roots.contains(root)) continue;
     if (node->operands.empty() && node->op_name() != "full") continue;  // e.g. arange: leave it
     bool ready = true;
@@ -181,10 +184,14 @@ void fold_params(ir::Graph& graph, PassContext& ctx,
     }
   }
   // Erase what folding left unread (only nodes that had readers before).
+  // Uses counted once, then kept as nodes go (users first: program order reversed).
+  auto uses = detail::use_counts(graph);
   auto drop_unread = [&](const std::vector<ir::Node*>& nodes) {
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       const ir::Value* v = (*it)->result();
-      if (!users[v].empty() && graph.num_uses(v) == 0) graph.erase(*it);
+      if (users[v].empty() || uses[v] != 0) continue;
+      for (const ir::Value* o : (*it)->operands) --uses[o];
+      graph.erase(*it);
     }
   };
   drop_unread(evaluated);

@@ -19,6 +19,10 @@
 // - no node between the update and the copy reads or writes %x's memory: the
 //   write now happens at the update, so anything in between would see it.
 // Readers after the copy read %x's memory either way.
+//
+// Cost: O(nodes + operands) plus, per rewritten copy, the nodes between the
+// update and the copy (checked for other uses of the input): near-linear when
+// each copy follows its update closely, as traced code does.
 #include <algorithm>
 #include <unordered_map>
 
@@ -39,9 +43,9 @@ bool is_plain_name_of(const ir::Value* v, const ir::Value* root) {
   return true;
 }
 
-bool touches(const ir::Node& node, const ir::Value* root) {
+bool touches(const ir::Node& node, const ir::Value* root, detail::AliasRoots& roots) {
   return std::ranges::any_of(node.operands,
-                             [&](const ir::Value* o) { return detail::alias_root(o) == root; });
+                             [&](const ir::Value* o) { return roots.find(o) == root; });
 }
 
 }  // namespace
@@ -53,12 +57,15 @@ void input_inplace_pass(ir::Graph& graph, PassContext& /*ctx*/) {
     index[node.get()] = nodes.size();
     nodes.push_back(node.get());
   }
-  std::vector<ir::Node*> erased;
+  detail::AliasRoots roots;
+  auto uses = detail::use_counts(graph);
+  detail::Replacements replaced;
   for (ir::Node* copy : nodes) {
+    replaced.resolve_operands(*copy);
     if (copy->op_name() != "copy_") continue;
     ir::Value* dst = copy->operands.at(0);
     ir::Value* y = copy->operands.at(1);
-    const ir::Value* root = detail::alias_root(dst);
+    const ir::Value* root = roots.find(dst);
     if (!root->is_input() || root->kind != ir::InputKind::mutated) continue;
     if (!is_plain_name_of(dst, root)) continue;
     ir::Node* update = y->producer;
@@ -68,12 +75,12 @@ void input_inplace_pass(ir::Graph& graph, PassContext& /*ctx*/) {
     }
     // (y has one use, this copy, so no cat placed it in a slice of its own.)
     if (y->meta.dtype != dst->meta.dtype || !(y->meta.shape == dst->meta.shape)) continue;
-    if (graph.num_uses(y) != 1) continue;
+    if (uses[y] != 1) continue;
     int k = -1;
     bool shared = false;
     for (std::size_t i = 0; i < update->operands.size(); ++i) {
       const ir::Value* o = update->operands[i];
-      if (detail::alias_root(o) != root) continue;
+      if (roots.find(o) != root) continue;
       if (k < 0 && is_plain_name_of(o, root)) {
         k = static_cast<int>(i);
       } else if (k < 0 || o != update->operands[static_cast<std::size_t>(k)]) {
@@ -83,15 +90,17 @@ void input_inplace_pass(ir::Graph& graph, PassContext& /*ctx*/) {
     if (k < 0 || shared) continue;
     bool between = false;
     for (std::size_t i = index.at(update) + 1; i < index.at(copy) && !between; ++i) {
-      between = touches(*nodes[i], root);
+      between = touches(*nodes[i], root, roots);
     }
     if (between) continue;
     update->reuse = k;
-    graph.replace_all_uses(copy->result(), y);
-    erased.push_back(copy);
+    roots.alias(y, root);
+    // The copy's readers read y now; the copy itself goes.
+    uses[y] += uses[copy->result()] - 1;
+    replaced.replace(copy->result(), y, copy);
   }
   // Erase after the walk: `nodes` and `index` stay valid during it.
-  for (ir::Node* copy : erased) graph.erase(copy);
+  replaced.finish(graph);
 }
 
 }  // namespace sinkgraph::passes

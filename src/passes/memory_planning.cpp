@@ -1,5 +1,11 @@
 // Memory planning (Note [Memory planning] in passes.h): byte offsets for every
 // fresh intermediate in one arena, from concrete sizes and live ranges.
+//
+// Cost: a linear walk for live ranges, then best fit, which compares each
+// buffer with those placed before it: quadratic, so it runs in four orders
+// (and 64 seeded shuffles up to 256 buffers) only up to kMaxQuadraticBuffers.
+// Past that one first-born order runs with an active set (Note [Large
+// plans]): O(buffers log buffers + buffers * live buffers).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -53,6 +59,50 @@ std::int64_t best_fit(std::vector<MemoryPlan::Buffer>& buffers,
   return arena;
 }
 
+// Note [Large plans]
+// In first-born order every buffer placed before b starts no later than b, so
+// it overlaps b exactly when it is still live at b's start. Keeping the placed
+// buffers that are still live (dropping the expired ones as it goes) makes best fit
+// linear in the live set instead of in all placed buffers: a 100,000-node
+// chain plans in milliseconds, not hours.
+std::int64_t best_fit_first_born(std::vector<MemoryPlan::Buffer>& buffers) {
+  std::vector<std::size_t> order(buffers.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = buffers[a];
+    const auto& y = buffers[b];
+    return x.first != y.first ? x.first < y.first : x.bytes > y.bytes;
+  });
+  std::int64_t arena = 0;
+  std::vector<const MemoryPlan::Buffer*> live;  // placed, live at the current start
+  std::vector<const MemoryPlan::Buffer*> overlapping;
+  for (const std::size_t i : order) {
+    MemoryPlan::Buffer& b = buffers[i];
+    std::erase_if(live, [&](const MemoryPlan::Buffer* p) { return p->last < b.first; });
+    overlapping.clear();
+    for (const MemoryPlan::Buffer* p : live) {
+      if (p->bytes > 0) overlapping.push_back(p);
+    }
+    std::sort(overlapping.begin(), overlapping.end(),
+              [](const auto* x, const auto* y) { return x->offset < y->offset; });
+    std::int64_t cursor = 0;
+    std::int64_t best = -1;
+    std::int64_t best_gap = std::numeric_limits<std::int64_t>::max();
+    for (const MemoryPlan::Buffer* p : overlapping) {
+      const std::int64_t gap = p->offset - cursor;
+      if (gap >= b.bytes && gap < best_gap) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, p->offset + p->bytes);
+    }
+    b.offset = best >= 0 ? best : cursor;
+    arena = std::max(arena, b.offset + b.bytes);
+    live.push_back(&b);
+  }
+  return arena;
+}
+
 // Offset assignment is NP-hard in general (dynamic storage allocation), so
 // try the usual greedy orders and keep the smallest arena: largest first,
 // first-born first (the interval-graph order), longest-lived first and
@@ -64,8 +114,13 @@ std::int64_t best_fit(std::vector<MemoryPlan::Buffer>& buffers,
 // arena can be smaller.
 constexpr std::size_t kMaxShuffledBuffers = 256;
 constexpr int kShuffles = 64;
+constexpr std::size_t kMaxQuadraticBuffers = 4096;
 
 void assign_offsets(MemoryPlan& plan) {
+  if (plan.buffers.size() > kMaxQuadraticBuffers) {
+    plan.arena_bytes = best_fit_first_born(plan.buffers);
+    return;
+  }
   const auto& bufs = plan.buffers;
   std::vector<std::size_t> base(bufs.size());
   std::iota(base.begin(), base.end(), std::size_t{0});

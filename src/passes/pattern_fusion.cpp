@@ -62,6 +62,9 @@
 // last dimension into heads ([.., N] -> [.., N/D, D], as the model does for
 // q, k and v) is kept working by viewing the merged output into heads first
 // and slicing the head dimension: the slice stands where the view stood.
+//
+// Cost: each rewrite is local (a node and its operands, O(1) in-place
+// rewrites); the walks over the graph are linear: near-linear in nodes.
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>

@@ -24,6 +24,9 @@
 // is a graph output while its input is (a view of) a graph input (the output
 // would newly alias the caller's tensor). A view is kept when the removal
 // would make a graph output the very Value of a graph input.
+//
+// Cost: one walk with lazy replacements (detail::Replacements): O(nodes +
+// operands), near-linear.
 #include <cmath>
 
 #include <unordered_set>
