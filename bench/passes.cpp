@@ -6,11 +6,12 @@
 // reuse, fusion), a copy into a mutated input (input_inplace_pass), no-ops
 // (remove_noop_ops: `mul_scalar(x, 1)`), duplicates (cse), constants
 // (constant_folding: `full` then `add_scalar`) and dead branches (dce).
+#include "sinkgraph/passes.h"
+
 #include <benchmark/benchmark.h>
 
 #include "sinkgraph/ir.h"
 #include "sinkgraph/op_registry.h"
-#include "sinkgraph/passes.h"
 
 namespace sg = sinkgraph;
 
@@ -37,11 +38,11 @@ std::unique_ptr<sg::ir::Graph> chain(std::int64_t n) {
         break;
       }
       case 2: {  // a constant folded into the chain
-        sg::ir::Value* c =
-            g->add_node(op("full"), {},
-                        {{"shape", std::vector<sg::SymInt>{64}}, {"value", 0.5},
-                         {"dtype", sg::DType::f32}})
-                ->result();
+        sg::ir::Value* c = g->add_node(op("full"), {},
+                                       {{"shape", std::vector<sg::SymInt>{64}},
+                                        {"value", 0.5},
+                                        {"dtype", sg::DType::f32}})
+                               ->result();
         sg::ir::Value* c2 = g->add_node(op("add_scalar"), {c}, {{"value", 1.0}})->result();
         x = g->add_node(op("mul"), {x, c2}, {})->result();
         i += 2;
@@ -74,13 +75,13 @@ void run_pass(benchmark::State& state, const char* name) {
     g.reset();
     state.ResumeTiming();
   }
-  state.counters["per_node"] = benchmark::Counter(
-      static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate |
-                                  benchmark::Counter::kInvert);
+  state.counters["per_node"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate |
+                                                     benchmark::Counter::kInvert);
 }
 
-#define SG_PASS_BENCH(pass)                                                              \
-  void BM_##pass(benchmark::State& state) { run_pass(state, #pass); }                   \
+#define SG_PASS_BENCH(pass)                                           \
+  void BM_##pass(benchmark::State& state) { run_pass(state, #pass); } \
   BENCHMARK(BM_##pass)->RangeMultiplier(10)->Range(1000, 100000)->Unit(benchmark::kMillisecond)
 
 SG_PASS_BENCH(dce);

@@ -76,10 +76,11 @@ int main(int argc, char** argv) {
     }
   }
   const sg::GraphCounters c = fn->counters();
-  std::printf("captured %lld, replayed %lld; rss grew %lld bytes after the first sample; pool %s; "
-              "values %s\n",
-              static_cast<long long>(c.captured), static_cast<long long>(c.replayed),
-              static_cast<long long>(max_rss - first_rss), pool_flat ? "flat" : "GREW",
-              values_right ? "right" : "WRONG");
+  std::printf(
+      "captured %lld, replayed %lld; rss grew %lld bytes after the first sample; pool %s; "
+      "values %s\n",
+      static_cast<long long>(c.captured), static_cast<long long>(c.replayed),
+      static_cast<long long>(max_rss - first_rss), pool_flat ? "flat" : "GREW",
+      values_right ? "right" : "WRONG");
   return pool_flat && values_right ? 0 : 1;
 }

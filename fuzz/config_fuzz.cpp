@@ -9,9 +9,8 @@
 #include <iterator>
 #include <span>
 #include <string>
-#include <vector>
-
 #include <unistd.h>
+#include <vector>
 
 #include "fuzz_models.h"
 #include "sinkgraph/error.h"

@@ -53,7 +53,7 @@ struct GenerateResult {
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t kv_cache_bytes = 0;  // the KV cache: prompt + steps positions
-  std::string explain;  // compiled functions' reports (empty in eager mode)
+  std::string explain;              // compiled functions' reports (empty in eager mode)
   std::vector<TraceEvent> trace;
   std::vector<std::string> notes;  // what the user should know (on stderr)
 };

@@ -1,16 +1,16 @@
 // `sinkgraph generate`: the contract in DESIGN.md ("sinkgraph generate").
 #include <charconv>
 #include <cstdio>
-#include <memory>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include <fmt/core.h>
 
 #include "commands.h"
-#include "sinkgraph/files.h"
 #include "generate.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/files.h"
 
 namespace sinkgraph::tools {
 
@@ -65,8 +65,7 @@ std::uint64_t parse_seed(const std::string& text) {
 // An output file (Note [Temporary files] in sinkgraph/files.h): created before
 // any work, so an unwritable destination fails at once; written and renamed
 // into place at the end; removed on error or interrupt.
-std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path,
-                                                         const char* flag) {
+std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path, const char* flag) {
   if (path.empty()) return nullptr;
   try {
     return std::make_unique<sinkgraph::TempFile>(path);

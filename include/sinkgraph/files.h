@@ -29,10 +29,12 @@ namespace sinkgraph {
 
 // Opens `path` for reading (Note [Reading untrusted paths]); returns the file
 // descriptor and its size. `what` names the file's role in messages.
-SG_API int open_regular_file(const std::string& path, std::uint64_t& size, const char* what = "file");
+SG_API int open_regular_file(const std::string& path, std::uint64_t& size,
+                             const char* what = "file");
 
 // The whole file as text, refused past `limit` bytes.
-SG_API std::string read_text_file(const std::string& path, std::uint64_t limit, const char* what = "file");
+SG_API std::string read_text_file(const std::string& path, std::uint64_t limit,
+                                  const char* what = "file");
 
 class SG_API TempFile {
  public:

@@ -70,8 +70,8 @@ class GraphSignature {
   [[nodiscard]] const std::vector<int>& output_bases() const { return output_bases_; }
 
   struct Updatable {
-    const ir::Node* node;
-    int scalar_index;
+    const ir::Node* node = nullptr;
+    int scalar_index = 0;
     SymInt expr;
   };
   [[nodiscard]] const std::vector<Updatable>& updatables() const { return updatables_; }

@@ -120,9 +120,9 @@ void TempFile::write(std::string_view bytes) {
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    SG_CHECK(n > 0, path_, ": cannot write ", bytes.size(), " bytes: ",
-             n < 0 ? reason(errno) : std::string("no progress"), " (nothing was written to ",
-             path_, ")");
+    SG_CHECK(n > 0, path_, ": cannot write ", bytes.size(),
+             " bytes: ", n < 0 ? reason(errno) : std::string("no progress"),
+             " (nothing was written to ", path_, ")");
     done += static_cast<std::size_t>(n);
   }
 }
@@ -133,8 +133,7 @@ void TempFile::commit() {
   fd_ = -1;
   SG_CHECK(::close(fd) == 0, path_, ": cannot write: ", reason(errno), " (nothing was written to ",
            path_, ")");
-  SG_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, path_, ": cannot replace: ",
-           reason(errno));
+  SG_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, path_, ": cannot replace: ", reason(errno));
   committed_ = true;
 }
 

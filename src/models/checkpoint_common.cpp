@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sinkgraph/files.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/files.h"
 
 namespace sinkgraph::models::detail {
 

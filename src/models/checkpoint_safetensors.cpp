@@ -8,15 +8,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
-#include "sinkgraph/files.h"
 #include "models/checkpoint_common.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/files.h"
 #include "sinkgraph/llama.h"
 
 namespace sinkgraph::models {
@@ -58,7 +58,7 @@ json parse_json(std::string_view text, const std::string& source, const char* wh
         if (!keys.empty()) keys.pop_back();
         break;
       case json::parse_event_t::key: {
-        const std::string& key = parsed.get_ref<const std::string&>();
+        const auto& key = parsed.get_ref<const std::string&>();
         if (!keys.empty()) {
           auto& seen = keys.back();
           SG_CHECK(std::find(seen.begin(), seen.end(), key) == seen.end(), source, ": ", what,
@@ -326,6 +326,7 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
   // The tensors cover the data section exactly once, as the format requires:
   // no two overlap and no bytes lie between or after them.
   std::vector<std::pair<std::uint64_t, const std::string*>> ranges;
+  ranges.reserve(entries.size());
   for (const auto& [key, se] : entries) ranges.emplace_back(se.second.begin, &key);
   std::sort(ranges.begin(), ranges.end());
   std::uint64_t covered = 0;
@@ -340,13 +341,13 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const LlamaCon
   SG_CHECK(covered == data.size(), name, ": bytes [", covered, ", ", data.size(),
            ") at the end of the data section belong to no tensor");
 
-
   LlamaWeights weights;
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   for (const auto& [key, se] : entries) {
     const auto& [slot, e] = se;
     const auto raw = detail::checked_range(data, e.begin, e.end - e.begin, name, "tensor " + key);
-    Tensor t = detail::decode_tensor(raw, e.dtype, e.shape, name + ": tensor " + key);
+    Tensor t = detail::decode_tensor(raw, e.dtype, e.shape,
+                                     std::string(name).append(": tensor ").append(key));
     if (slot.layer >= 0) {
       weights.layers[static_cast<std::size_t>(slot.layer)].*(kFields[slot.field].member) =
           std::move(t);
@@ -387,8 +388,7 @@ LlamaModel load_model(const std::string& path) {
   SG_CHECK(!path.empty(), "the model path is empty");
   // Each file is opened to learn why it cannot be read (not found, permission
   // denied, not a regular file), and the message says what it is for.
-  const auto readable = [](const std::string& file, const char* what,
-                           const std::string& context) {
+  const auto readable = [](const std::string& file, const char* what, const std::string& context) {
     try {
       std::uint64_t size = 0;
       ::close(sinkgraph::open_regular_file(file, size, what));

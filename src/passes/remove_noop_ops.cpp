@@ -28,7 +28,6 @@
 // Cost: one walk with lazy replacements (detail::Replacements): O(nodes +
 // operands), near-linear.
 #include <cmath>
-
 #include <unordered_set>
 
 #include "passes_internal.h"

@@ -105,8 +105,8 @@ MemPool::~MemPool() {
           !use.stream->is_capturing()) {
         Event marker;
         marker.record(*use.stream);
-        deferred.fences.push_back(ReplayFence{use.stream->id(), marker.state(),
-                                              marker.state()->recorded.load()});
+        deferred.fences.push_back(
+            ReplayFence{use.stream->id(), marker.state(), marker.state()->recorded.load()});
       }
     }
   }

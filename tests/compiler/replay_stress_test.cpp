@@ -90,8 +90,7 @@ TEST(replay_stress, threads_streams_resets_and_stale_reads_never_mix_results) {
     std::lock_guard lock(failure_mutex);
     if (!failed.exchange(true)) first_failure = what;
   };
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
