@@ -123,8 +123,11 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   // Waits for held uses to end, bumps the generation, names `writer`, moves
   // the fences left by uses into `fences` and makes `done` the writer fence.
   // Returns the new generation.
+  // With `expect` (a generation), the replay begins only if the pool is still
+  // at that generation — its own outputs passed as inputs are unchanged —
+  // and returns 0 (nothing done) otherwise.
   std::uint64_t begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
-                             ReplayFence done);
+                             ReplayFence done, std::uint64_t expect = 0);
   // A replay begun but never launched (its launch threw): its fences go back
   // to the pool for the next replay, and its done-fence is marked reached.
   // The generation stays bumped: the previous outputs read as stale, which is

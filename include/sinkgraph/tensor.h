@@ -150,6 +150,9 @@ class SG_API Tensor {
     stamp_generation_ = generation;
   }
   [[nodiscard]] bool is_stamped() const { return stamp_ != nullptr; }
+  // The pool and replay generation of a replay output (null / 0 otherwise).
+  [[nodiscard]] const MemPool* stamp_pool() const { return stamp_ ? stamp_->pool.get() : nullptr; }
+  [[nodiscard]] std::uint64_t stamp_generation() const { return stamp_generation_; }
   // Throws sinkgraph::Error when a later replay overwrote this output; `use` says how it was used.
   void check_not_stale(const char* use) const {
     if (stamp_ != nullptr && stamp_->pool->generation() != stamp_generation_) [[unlikely]] {

@@ -153,7 +153,7 @@ class CapturedGraph final : public ConcreteGraph {
   CapturePolicy policy_;
   // Scratch for replay(), reused so that a call allocates no vectors.
   std::vector<ReplayCopy> copies_in_, copies_out_;
-  std::vector<ReplayFence> fences_, input_fences_;
+  std::vector<ReplayFence> fences_;
   std::vector<MemPool*> input_uses_;
   std::shared_ptr<MemPool> shared_pool_;
   MemPool::Checkpoint shared_base_;  // shared_pool_ before any capture
@@ -406,33 +406,6 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     if (!config_.clone_input && caller.data_ptr() == target.data_ptr()) continue;
     copies_in_.push_back(make_copy(copy_kernel_, target, caller, caller.storage()));
   }
-  // Inputs that are another graph's outputs: held until this replay's copy of
-  // them has run (Note [Output uses]). Our own outputs need no hold: the
-  // replay copies them in before its first kernel.
-  struct InputUses {
-    explicit InputUses(std::vector<MemPool*>& p) : pools(p) {}
-    std::vector<MemPool*>& pools;
-    ReplayFence fence;
-    ~InputUses() {
-      for (MemPool* p : pools) p->end_use(fence);
-      pools.clear();
-    }
-    InputUses(const InputUses&) = delete;
-    InputUses& operator=(const InputUses&) = delete;
-  } uses(input_uses_);
-  input_fences_.clear();
-  for (const int i : signature_.user_inputs()) {
-    const Tensor& caller = tensor(inputs, i);
-    if (!caller.is_stamped()) continue;
-    ReplayFence writer;
-    MemPool* p = caller.begin_output_use("input of a graph replay", &writer);
-    if (p == e.pool.get()) {
-      p->end_use();  // our own previous replay: ordered before this one
-    } else {
-      input_uses_.push_back(p);
-      input_fences_.push_back(std::move(writer));  // copy it only once it is written
-    }
-  }
   std::vector<ir::RtValue> out;
   out.reserve(e.outputs.size());
   const std::vector<int>& bases = signature_.output_bases();
@@ -460,22 +433,59 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     }
   }
 
+  // Inputs that are another graph's outputs: held until this replay's copy of
+  // them has run (Note [Output uses]). Our own outputs need no hold: the
+  // replay copies them in before its first kernel. The holds are taken only
+  // after begin_replay, which may wait: a thread never waits for a pool while
+  // holding another (two graphs feeding each other from two threads would
+  // otherwise deadlock); taking a hold never waits.
+  struct InputUses {
+    explicit InputUses(std::vector<MemPool*>& p) : pools(p) {}
+    std::vector<MemPool*>& pools;
+    ReplayFence fence;
+    ~InputUses() {
+      for (MemPool* p : pools) p->end_use(fence);
+      pools.clear();
+    }
+    InputUses(const InputUses&) = delete;
+    InputUses& operator=(const InputUses&) = delete;
+  } uses(input_uses_);
+  // Our own outputs passed back as inputs (legal: copied in first) must still
+  // be current when this replay takes the pool's turn.
+  std::uint64_t own_generation = 0;
+  for (const int i : signature_.user_inputs()) {
+    const Tensor& caller = tensor(inputs, i);
+    if (caller.stamp_pool() == e.pool.get()) own_generation = caller.stamp_generation();
+  }
   const ReplayFence done{stream.id(), done_, ++done_generation_};
-  const std::uint64_t generation = e.pool->begin_replay(writer_name_, fences_, done);
-  fences_.insert(fences_.end(), input_fences_.begin(), input_fences_.end());
-  GraphExec::LaunchOptions options;
-  options.copies_in = copies_in_;
-  options.copies_out = copies_out_;
-  options.order = order_;
-  options.wait_for = fences_;
-  options.done = done_;
-  options.done_generation = done.generation;
+  const std::uint64_t generation =
+      e.pool->begin_replay(writer_name_, fences_, done, own_generation);
+  if (generation == 0) {
+    for (const int i : signature_.user_inputs())
+      tensor(inputs, i).check_not_stale("input of a graph replay");
+    SG_ASSERT(false, "begin_replay refused, but no input is stale");
+  }
+  const std::size_t own_fences = fences_.size();
   try {
+    for (const int i : signature_.user_inputs()) {
+      const Tensor& caller = tensor(inputs, i);
+      if (!caller.is_stamped() || caller.stamp_pool() == e.pool.get()) continue;
+      ReplayFence writer;
+      input_uses_.push_back(caller.begin_output_use("input of a graph replay", &writer));
+      fences_.push_back(std::move(writer));  // copy it only once it is written
+    }
+    GraphExec::LaunchOptions options;
+    options.copies_in = copies_in_;
+    options.copies_out = copies_out_;
+    options.order = order_;
+    options.wait_for = fences_;
+    options.done = done_;
+    options.done_generation = done.generation;
     e.exec->launch(stream, values, options);
   } catch (...) {
-    // Checked above; only a capture begun on this stream by another thread
-    // in between can refuse it now.
-    fences_.resize(fences_.size() - input_fences_.size());
+    // An input made stale by another thread since bind() checked it, or a
+    // capture begun on this stream by another thread since check_can_launch.
+    fences_.resize(own_fences);
     e.pool->cancel_replay(fences_, done);
     throw;
   }

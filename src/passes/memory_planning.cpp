@@ -25,6 +25,25 @@ std::int64_t aligned_bytes(const ir::Value& v, const SymBindings& bindings) {
   return (bytes + a - 1) / a * a;
 }
 
+// The offset of the smallest gap of at least `bytes` between the buffers of
+// `overlapping` (sorted here by offset), else the end of the highest one.
+std::int64_t smallest_gap(std::int64_t bytes, std::vector<const MemoryPlan::Buffer*>& overlapping) {
+  std::sort(overlapping.begin(), overlapping.end(),
+            [](const auto* x, const auto* y) { return x->offset < y->offset; });
+  std::int64_t cursor = 0;
+  std::int64_t best = -1;
+  std::int64_t best_gap = std::numeric_limits<std::int64_t>::max();
+  for (const MemoryPlan::Buffer* p : overlapping) {
+    const std::int64_t gap = p->offset - cursor;
+    if (gap >= bytes && gap < best_gap) {
+      best = cursor;
+      best_gap = gap;
+    }
+    cursor = std::max(cursor, p->offset + p->bytes);
+  }
+  return best >= 0 ? best : cursor;
+}
+
 // Best fit in a given order: each buffer goes into the smallest gap that
 // holds it among the buffers already placed whose live ranges overlap its
 // own, else above them all. Returns the arena size; writes the offsets.
@@ -39,20 +58,7 @@ std::int64_t best_fit(std::vector<MemoryPlan::Buffer>& buffers,
     for (const MemoryPlan::Buffer* p : placed) {
       if (p->first <= b.last && b.first <= p->last && p->bytes > 0) overlapping.push_back(p);
     }
-    std::sort(overlapping.begin(), overlapping.end(),
-              [](const auto* x, const auto* y) { return x->offset < y->offset; });
-    std::int64_t cursor = 0;
-    std::int64_t best = -1;
-    std::int64_t best_gap = std::numeric_limits<std::int64_t>::max();
-    for (const MemoryPlan::Buffer* p : overlapping) {
-      const std::int64_t gap = p->offset - cursor;
-      if (gap >= b.bytes && gap < best_gap) {
-        best = cursor;
-        best_gap = gap;
-      }
-      cursor = std::max(cursor, p->offset + p->bytes);
-    }
-    b.offset = best >= 0 ? best : cursor;
+    b.offset = smallest_gap(b.bytes, overlapping);
     arena = std::max(arena, b.offset + b.bytes);
     placed.push_back(&b);
   }
@@ -83,20 +89,7 @@ std::int64_t best_fit_first_born(std::vector<MemoryPlan::Buffer>& buffers) {
     for (const MemoryPlan::Buffer* p : live) {
       if (p->bytes > 0) overlapping.push_back(p);
     }
-    std::sort(overlapping.begin(), overlapping.end(),
-              [](const auto* x, const auto* y) { return x->offset < y->offset; });
-    std::int64_t cursor = 0;
-    std::int64_t best = -1;
-    std::int64_t best_gap = std::numeric_limits<std::int64_t>::max();
-    for (const MemoryPlan::Buffer* p : overlapping) {
-      const std::int64_t gap = p->offset - cursor;
-      if (gap >= b.bytes && gap < best_gap) {
-        best = cursor;
-        best_gap = gap;
-      }
-      cursor = std::max(cursor, p->offset + p->bytes);
-    }
-    b.offset = best >= 0 ? best : cursor;
+    b.offset = smallest_gap(b.bytes, overlapping);
     arena = std::max(arena, b.offset + b.bytes);
     live.push_back(&b);
   }

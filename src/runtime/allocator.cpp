@@ -159,9 +159,10 @@ ReplayFence MemPool::writer_fence() const {
 }
 
 std::uint64_t MemPool::begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
-                                    ReplayFence done) {
+                                    ReplayFence done, std::uint64_t expect) {
   std::unique_lock lock(mutex_);
   users_cv_.wait(lock, [&] { return users_ == 0; });
+  if (expect != 0 && generation_.load(std::memory_order_acquire) != expect) return 0;
   if (last_writer_ != writer) last_writer_ = writer;
   fences.clear();
   for (auto& f : fences_) {
