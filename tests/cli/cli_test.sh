@@ -224,12 +224,20 @@ check seed-max 0 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed 184467
 check passes-empty 2 -- "$bin" ir "$tmp/g.ir" --passes cse,,dce
 expect passes-empty-said grep -q "empty pass name" "$tmp/err"
 check passes-trailing 2 -- "$bin" ir "$tmp/g.ir" --passes cse,
-chmod 000 "$tmp/m.bin"
-if [[ $(id -u) != 0 ]]; then
-  check permission 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2
+# A file that cannot be read is "Permission denied", not "not found" (root
+# reads anything: run as nobody where setpriv can drop to it).
+cp "$tmp/m.bin" "$tmp/h/locked.bin"
+chmod 000 "$tmp/h/locked.bin"
+chmod 755 "$tmp" "$tmp/h"
+as_user=()
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null &&
+  setpriv --reuid=nobody --regid=nogroup --clear-groups "$bin" generate --help >/dev/null 2>&1; then
+  as_user=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+fi
+if [[ $(id -u) != 0 || ${#as_user[@]} -gt 0 ]]; then
+  check permission 2 -- "${as_user[@]}" "$bin" generate --model "$tmp/h/locked.bin" --steps 2
   expect permission-said grep -q "Permission denied" "$tmp/err"
 fi
-chmod 644 "$tmp/m.bin"
 # The KV cache follows the work, not max_seq_len (a million positions allowed).
 check big-seq-len 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
   --vocab 64 --seq-len 1048576 --seed 3 --format llama2c --out "$tmp/h/long.bin"

@@ -453,6 +453,36 @@ TEST(models_checkpoint, SafetensorsBadFramingIsAnError) {
                {"bad.safetensors", "missing tensor tok_embeddings"});
 }
 
+// The tensors must cover the data section exactly once (the safetensors
+// format's rule): overlapping ranges and holes were accepted before.
+TEST(models_checkpoint, SafetensorsTensorsMustCoverTheDataExactly) {
+  const auto expect_bad = [](const std::function<void(Safetensors&)>& edit,
+                             const std::vector<std::string>& parts) {
+    Safetensors s = Safetensors::make();
+    edit(s);
+    expect_error([&] { parse_safetensors(s.bytes(), s.config, "cover.safetensors"); }, parts);
+  };
+  const std::string wq = "layers.1.attention.wq.weight";
+  const std::string wk = "layers.1.attention.wk.weight";
+  // wo (dim x dim, as wq) pointed at wq's bytes: two tensors on one range.
+  const std::string wo = "layers.1.attention.wo.weight";
+  expect_bad([&](Safetensors& s) { s.header[wo]["data_offsets"] = s.header[wq]["data_offsets"]; },
+             {"cover.safetensors", "overlaps the tensor before it"});
+  // A hole in the middle: wk moves to the end, its old bytes belong to no one.
+  expect_bad(
+      [&](Safetensors& s) {
+        const auto begin = s.header[wk]["data_offsets"][0].get<std::uint64_t>();
+        const auto end = s.header[wk]["data_offsets"][1].get<std::uint64_t>();
+        const std::uint64_t at = s.data.size();
+        s.data.insert(s.data.end(), s.data.begin() + static_cast<std::ptrdiff_t>(begin),
+                      s.data.begin() + static_cast<std::ptrdiff_t>(end));
+        s.header[wk]["data_offsets"] = {at, at + (end - begin)};
+      },
+      {"cover.safetensors", "belong to no tensor (a hole before tensor"});
+  expect_bad([&](Safetensors& s) { s.data.resize(s.data.size() + 8); },
+             {"at the end of the data section belong to no tensor"});
+}
+
 TEST(models_checkpoint, SafetensorsBadTensorEntriesAreErrors) {
   const auto expect_bad = [](const std::function<void(Safetensors&)>& edit,
                              const std::vector<std::string>& parts) {
