@@ -2,6 +2,7 @@
 // use of freed memory or a hang before its fix. Each test names its point.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -34,6 +35,19 @@ void close_gate_on(sg::Stream& stream) {
   stream.launch(gate_kernel, args, "test_gate");
 }
 void open_gate() { g_gate.store(true, std::memory_order_release); }
+
+// Runs body(t) on `n` host threads, each on a stream of its own, and joins.
+void on_threads(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      const auto stream = sg::cpu().create_stream();
+      const sg::StreamGuard guard(*stream);
+      body(t);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
 
 std::shared_ptr<sg::CompiledFunction> compile_mlp(const sgtest::Mlp& mlp,
                                                   sg::CompilerConfig c = reduce_overhead()) {
@@ -150,24 +164,18 @@ TEST(replay_safety, graphs_feeding_each_other_from_two_threads_neither_deadlock_
   (void)(*f)({x});
   (void)(*g)({x});
   std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) {
-    threads.emplace_back([&, t] {
-      const auto stream = sg::cpu().create_stream();
-      const sg::StreamGuard guard(*stream);
-      auto& first = t == 0 ? f : g;
-      auto& second = t == 0 ? g : f;
-      for (int i = 0; i < 300; ++i) {
-        try {
-          const auto got = (*second)({(*first)({x})[0]})[0].to_floats();
-          if (got != std::vector<float>{6, 12, 18, 24}) wrong.fetch_add(1);
-        } catch (const sg::Error& e) {
-          if (std::string(e.what()).find("overwritten") == std::string::npos) wrong.fetch_add(1);
-        }
+  on_threads(2, [&](int t) {
+    auto& first = t == 0 ? f : g;
+    auto& second = t == 0 ? g : f;
+    for (int i = 0; i < 300; ++i) {
+      try {
+        const auto got = (*second)({(*first)({x})[0]})[0].to_floats();
+        if (got != std::vector<float>{6, 12, 18, 24}) wrong.fetch_add(1);
+      } catch (const sg::Error& e) {
+        if (std::string(e.what()).find("overwritten") == std::string::npos) wrong.fetch_add(1);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+  });
   EXPECT_EQ(wrong.load(), 0);
 }
 
@@ -229,23 +237,17 @@ void threads_get_their_own_results(bool clone_output) {
   }
   (void)(*fn)({inputs[0][0]});  // capture before the threads start
   std::atomic<int> wrong{0}, stale{0}, right{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      const auto stream = sg::cpu().create_stream();
-      const sg::StreamGuard guard(*stream);
-      for (int i = 0; i < kCalls; ++i) {
-        try {
-          const auto got = (*fn)({inputs[t][i]})[0].to_floats();
-          (got == want[t][i] ? right : wrong).fetch_add(1);
-        } catch (const sg::Error& e) {
-          if (std::string(e.what()).find("overwritten") == std::string::npos) throw;
-          stale.fetch_add(1);
-        }
+  on_threads(kThreads, [&](int t) {
+    for (int i = 0; i < kCalls; ++i) {
+      try {
+        const auto got = (*fn)({inputs[t][i]})[0].to_floats();
+        (got == want[t][i] ? right : wrong).fetch_add(1);
+      } catch (const sg::Error& e) {
+        if (std::string(e.what()).find("overwritten") == std::string::npos) throw;
+        stale.fetch_add(1);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+  });
   EXPECT_EQ(wrong.load(), 0) << "right " << right << ", stale " << stale;
   if (clone_output) {
     EXPECT_EQ(stale.load(), 0);
@@ -475,18 +477,12 @@ TEST(replay_safety, eager_matmuls_on_two_streams_at_once_are_right) {
     want.push_back(eager(mlp, xs.back()));
   }
   std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) {
-    threads.emplace_back([&, t] {
-      const auto stream = sg::cpu().create_stream();
-      const sg::StreamGuard guard(*stream);
-      for (int i = 0; i < 4000; ++i) {
-        const auto k = static_cast<std::size_t>((i * 7 + t) % 8);
-        if (eager(mlp, xs[k]) != want[k]) wrong.fetch_add(1);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  on_threads(2, [&](int t) {
+    for (int i = 0; i < 4000; ++i) {
+      const auto k = static_cast<std::size_t>((i * 7 + t) % 8);
+      if (eager(mlp, xs[k]) != want[k]) wrong.fetch_add(1);
+    }
+  });
   EXPECT_EQ(wrong.load(), 0);
 }
 
