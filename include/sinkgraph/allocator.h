@@ -92,6 +92,8 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
 
   // Replay generations (Note [Stale outputs] in compiler.h): every graph replay
   // into this pool bumps the generation and names itself as the last writer.
+  // bump_generation does only that; begin_replay (below) also respects held
+  // uses and their fences, and is what CapturedGraph calls.
   std::uint64_t bump_generation(const std::string& writer);
   [[nodiscard]] std::uint64_t generation() const {
     return generation_.load(std::memory_order_acquire);
@@ -111,15 +113,14 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   //    the work); the next replay into the pool waits for it on the device,
   //    whatever stream either runs on.
   // begin_replay() also records `done` as the writer's fence: a host read of an
-  // output waits for the replay that wrote it (writer_fence()), even when that
-  // replay ran on another stream than the reader's. Fences also hold back the
+  // output waits for the replay that wrote it (begin_use hands it out), even
+  // when that replay ran on another stream than the reader's. Fences also hold back the
   // pool's memory when the pool dies (Note [Deferred frees]).
   // `writer`, when given, receives the fence of the replay that wrote the
   // output: a use on another stream waits for it first (a host read waits on
   // the host), so using an output on any stream never reads it half-written.
   bool begin_use(std::uint64_t generation, ReplayFence* writer = nullptr);
   void end_use(ReplayFence fence = {});
-  [[nodiscard]] ReplayFence writer_fence() const;
   // Waits for held uses to end, bumps the generation, names `writer`, moves
   // the fences left by uses into `fences` and makes `done` the writer fence.
   // Returns the new generation.
@@ -186,6 +187,25 @@ class SG_API MemPool : public std::enable_shared_from_this<MemPool> {
   ReplayFence writer_fence_;                    // the last replay's completion
   std::vector<std::unique_ptr<Block>> blocks_;  // every block of the pool
   AllocatorStats stats_;
+};
+
+// Uses of replay outputs begun with MemPool::begin_use (Tensor::begin_output_use)
+// and ended together: by end(fence), leaving the fence for each pool's next
+// replay, or without one when destroyed first (an error in between).
+class SG_API PoolUses {
+ public:
+  PoolUses() = default;
+  PoolUses(const PoolUses&) = delete;
+  PoolUses& operator=(const PoolUses&) = delete;
+  ~PoolUses() { end(); }
+  void add(MemPool* pool) {
+    if (pool != nullptr) pools_.push_back(pool);
+  }
+  [[nodiscard]] bool empty() const { return pools_.empty(); }
+  void end(const ReplayFence& fence = {});
+
+ private:
+  std::vector<MemPool*> pools_;
 };
 
 class SG_API Allocator {

@@ -132,11 +132,9 @@ class SG_API Graph {
   void rewrite(Node* node, const OpDef& op, std::vector<Value*> operands,
                std::vector<NamedAttr> attrs);
   // Rewrites every operand and output use of `from` to `to`. O(nodes): a
-  // pass replacing many values collects them and calls replace_uses once.
+  // pass replacing many values resolves them in its own walk instead
+  // (passes::detail::Replacements).
   void replace_all_uses(Value* from, Value* to);
-  // Every use of a key becomes a use of its value, following chains
-  // (a -> b, b -> c: uses of a become uses of c). One walk over the graph.
-  void replace_uses(const std::unordered_map<const Value*, Value*>& replacements);
   // O(nodes): passes count uses once (use_counts in src/passes) instead.
   [[nodiscard]] std::size_t num_uses(const Value* value) const;
 

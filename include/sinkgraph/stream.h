@@ -86,6 +86,9 @@ class SG_API Stream {
   [[nodiscard]] virtual bool query() const = 0;
   // Raises (and clears) a sticky kernel error without waiting.
   void check_error();
+  // Records a fresh event here and returns it as a fence: reached once this
+  // stream has run everything enqueued so far.
+  ReplayFence record_fence();
   // Throws the error launch() would throw for a kernel named `name` (this
   // stream is capturing, or a capture elsewhere forbids launches here),
   // without launching anything. A launch made of several entries (a graph

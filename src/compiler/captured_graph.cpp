@@ -154,7 +154,6 @@ class CapturedGraph final : public ConcreteGraph {
   // Scratch for replay(), reused so that a call allocates no vectors.
   std::vector<ReplayCopy> copies_in_, copies_out_;
   std::vector<ReplayFence> fences_;
-  std::vector<MemPool*> input_uses_;
   std::shared_ptr<MemPool> shared_pool_;
   MemPool::Checkpoint shared_base_;  // shared_pool_ before any capture
   // Keys share memory, so their replays never overlap, whatever the stream.
@@ -399,7 +398,6 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
   e.exec->check_can_launch(stream);
   copies_in_.clear();
   copies_out_.clear();
-  input_uses_.clear();
   for (const int i : signature_.user_inputs()) {
     const Tensor& caller = tensor(inputs, i);
     const Tensor& target = e.static_inputs[static_cast<std::size_t>(i)];
@@ -439,17 +437,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
   // after begin_replay, which may wait: a thread never waits for a pool while
   // holding another (two graphs feeding each other from two threads would
   // otherwise deadlock); taking a hold never waits.
-  struct InputUses {
-    explicit InputUses(std::vector<MemPool*>& p) : pools(p) {}
-    std::vector<MemPool*>& pools;
-    ReplayFence fence;
-    ~InputUses() {
-      for (MemPool* p : pools) p->end_use(fence);
-      pools.clear();
-    }
-    InputUses(const InputUses&) = delete;
-    InputUses& operator=(const InputUses&) = delete;
-  } uses(input_uses_);
+  PoolUses uses;
   // Our own outputs passed back as inputs (legal: copied in first) must still
   // be current when this replay takes the pool's turn.
   std::uint64_t own_generation = 0;
@@ -471,7 +459,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
       const Tensor& caller = tensor(inputs, i);
       if (!caller.is_stamped() || caller.stamp_pool() == e.pool.get()) continue;
       ReplayFence writer;
-      input_uses_.push_back(caller.begin_output_use("input of a graph replay", &writer));
+      uses.add(caller.begin_output_use("input of a graph replay", &writer));
       fences_.push_back(std::move(writer));  // copy it only once it is written
     }
     GraphExec::LaunchOptions options;
@@ -489,7 +477,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     e.pool->cancel_replay(fences_, done);
     throw;
   }
-  uses.fence = done;
+  uses.end(done);
   copies_in_.clear();  // the launch holds its own references to the sources
   copies_out_.clear();
   fences_.clear();

@@ -134,20 +134,6 @@ void Graph::rewrite(Node* node, const OpDef& op, std::vector<Value*> operands,
   node->result()->meta = meta;
 }
 
-void Graph::replace_uses(const std::unordered_map<const Value*, Value*>& replacements) {
-  if (replacements.empty()) return;
-  const auto resolve = [&](Value* v) {
-    for (auto it = replacements.find(v); it != replacements.end(); it = replacements.find(v)) {
-      v = it->second;
-    }
-    return v;
-  };
-  for (auto& node : nodes_) {
-    for (Value*& o : node->operands) o = resolve(o);
-  }
-  for (Value*& o : outputs) o = resolve(o);
-}
-
 std::size_t Graph::num_uses(const Value* value) const {
   auto n = static_cast<std::size_t>(std::count(outputs.begin(), outputs.end(), value));
   for (const auto& node : nodes_) {

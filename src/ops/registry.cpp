@@ -138,48 +138,6 @@ void infer(const OpDef& op, std::span<const Tensor* const> tensors,
 }
 
 namespace {
-// Note [Output uses] in allocator.h: the replay outputs an operator reads are
-// held from before its launch until an event recorded after it, which the
-// next replay into their pool waits for. Only stamped tensors (replay
-// outputs) take part, so ordinary eager calls pay one pointer test per input.
-class OutputUses {
- public:
-  OutputUses() = default;
-  OutputUses(const OutputUses&) = delete;
-  OutputUses& operator=(const OutputUses&) = delete;
-  ~OutputUses() {
-    for (MemPool* p : pools_) p->end_use();
-  }
-  // Holds `t` when it is a replay output; work launched on `stream` then waits
-  // for the replay that wrote it, when that ran on another stream.
-  void add(const Tensor& t, Stream& stream, const char* name) {
-    if (!t.is_stamped()) return;
-    ReplayFence writer;
-    MemPool* pool = t.begin_output_use(name, &writer);
-    pools_.push_back(pool);
-    if (!stream.is_capturing() && writer.stream_id != stream.id() && !writer.reached()) {
-      stream.wait(writer);
-    }
-  }
-  // The uses end once `stream` has run what was launched: each pool gets a
-  // fence recorded after it (none while the stream captures: nothing runs).
-  void end(Stream& stream) {
-    if (pools_.empty()) return;
-    ReplayFence fence;
-    if (!stream.is_capturing()) {
-      Event event;
-      event.record(stream);
-      fence = ReplayFence{stream.id(), event.state(),
-                          event.state()->recorded.load(std::memory_order_acquire)};
-    }
-    for (MemPool* p : pools_) p->end_use(fence);
-    pools_.clear();
-  }
-
- private:
-  std::vector<MemPool*> pools_;
-};
-
 // Note [Output placement]: a placed output must be exactly what the operator produces.
 void check_placed(const OpDef& op, const Tensor& out, const TensorMeta& inferred) {
   const char* name = op.schema.name.c_str();
@@ -277,11 +235,22 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   }
   if (result.numel() == 0 && fresh) return result;
   Stream& stream = current_stream(*device);
-  OutputUses uses;
-  for (const Tensor* t : tensors) uses.add(*t, stream, name);
+  // Note [Output uses] in allocator.h: the replay outputs this operator reads
+  // are held from before its launch until a fence recorded after it, and the
+  // launch waits for the replay that wrote them when that ran on another
+  // stream. Only replay outputs take part: other inputs cost one test each.
+  PoolUses uses;
+  for (const Tensor* t : tensors) {
+    if (!t->is_stamped()) continue;
+    ReplayFence writer;
+    uses.add(t->begin_output_use(name, &writer));
+    if (!stream.is_capturing() && writer.stream_id != stream.id() && !writer.reached()) {
+      stream.wait(writer);
+    }
+  }
   stream.launch(kernel, block, name);
   g_counters.launches.fetch_add(1, std::memory_order_relaxed);
-  uses.end(stream);
+  if (!uses.empty()) uses.end(stream.is_capturing() ? ReplayFence{} : stream.record_fence());
   // Note [Version counters] in tensor.h: every in-place write bumps the
   // written storage's version.
   if (placed != nullptr) placed->storage()->bump_version();

@@ -202,17 +202,10 @@ std::vector<unsigned char> host_bytes(const Tensor& t) {
   // Note [Output uses]: a replay output is checked and held in one step, so no
   // replay can overwrite it between the check and the copy; the read waits
   // for the replay that wrote it, whatever stream that ran on.
-  MemPool* pool = t.begin_output_use("host read");
-  struct Release {
-    explicit Release(MemPool* p) : pool(p) {}
-    ~Release() {
-      if (pool != nullptr) pool->end_use();
-    }
-    Release(const Release&) = delete;
-    Release& operator=(const Release&) = delete;
-    MemPool* pool;
-  } release(pool);
-  if (pool != nullptr) pool->writer_fence().wait();
+  ReplayFence writer;
+  PoolUses use;
+  use.add(t.begin_output_use("host read", &writer));
+  writer.wait();
   const Tensor c = t.contiguous();
   current_stream(c.device()).synchronize();
   std::vector<unsigned char> bytes(static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));

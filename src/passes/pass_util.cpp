@@ -47,17 +47,6 @@ std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph) {
   return out;
 }
 
-ir::Node* next_node(const ir::Graph& graph, const ir::Node* node) {
-  const auto& nodes = graph.nodes();
-  for (auto it = nodes.begin(); it != nodes.end(); ++it) {
-    if (it->get() != node) continue;
-    ++it;
-    return it == nodes.end() ? nullptr : it->get();
-  }
-  SG_ASSERT(false, "next_node: node is not in the graph");
-  return nullptr;
-}
-
 ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,
                        std::vector<ir::Value*> operands, std::vector<ir::NamedAttr> attrs) {
   // In place: the result keeps its name, position and uses. O(1).

@@ -76,9 +76,6 @@ std::unordered_map<const ir::Value*, int> use_counts(const ir::Graph& graph);
 // Roots (alias_root) of every tensor written in place anywhere in the graph.
 std::unordered_set<const ir::Value*> mutated_roots(const ir::Graph& graph);
 
-// The node after `node` in program order, or null when it is the last.
-ir::Node* next_node(const ir::Graph& graph, const ir::Node* node);
-
 // Makes `old` a node of `op` in place (Graph::rewrite): the result keeps its
 // name, position and uses. Returns it. O(1).
 ir::Node* replace_node(ir::Graph& graph, ir::Node* old, const OpDef& op,

@@ -103,10 +103,7 @@ MemPool::~MemPool() {
       // (A capturing stream runs nothing until its capture ends: no marker.)
       if (use.stream != nullptr && use.stream->completed() < use.until &&
           !use.stream->is_capturing()) {
-        Event marker;
-        marker.record(*use.stream);
-        deferred.fences.push_back(
-            ReplayFence{use.stream->id(), marker.state(), marker.state()->recorded.load()});
+        deferred.fences.push_back(use.stream->record_fence());
       }
     }
   }
@@ -153,11 +150,6 @@ void MemPool::end_use(ReplayFence fence) {
   if (--users_ == 0) users_cv_.notify_all();
 }
 
-ReplayFence MemPool::writer_fence() const {
-  std::lock_guard lock(mutex_);
-  return writer_fence_;
-}
-
 std::uint64_t MemPool::begin_replay(const std::string& writer, std::vector<ReplayFence>& fences,
                                     ReplayFence done, std::uint64_t expect) {
   std::unique_lock lock(mutex_);
@@ -178,6 +170,11 @@ void MemPool::cancel_replay(std::vector<ReplayFence>& fences, const ReplayFence&
   std::lock_guard lock(mutex_);
   for (auto& f : fences) fences_.push_back(std::move(f));
   fences.clear();
+}
+
+void PoolUses::end(const ReplayFence& fence) {
+  for (MemPool* p : pools_) p->end_use(fence);
+  pools_.clear();
 }
 
 std::string MemPool::last_writer() const {

@@ -30,6 +30,15 @@ void wait_for(const std::atomic<std::uint64_t>& value, std::uint64_t target) {
   }
 }
 
+}  // namespace
+
+// The same spin-then-park wait as a replay's own (wait_for).
+void ReplayFence::wait() const {
+  if (state != nullptr) wait_for(state->completed, generation);
+}
+
+namespace {
+
 std::string tensor_text(const TensorArg& t) {
   std::ostringstream out;
   out << dtype_name(t.dtype) << "[";
@@ -277,7 +286,7 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   if (order != nullptr) wait_for(order->finished_, ticket - 1);
   // Work queued on other streams that still reads this graph's memory
   // (Note [Output uses] in allocator.h).
-  for (const ReplayFence& f : r->fences) wait_for(f.state->completed, f.generation);
+  for (const ReplayFence& f : r->fences) f.wait();
   for (const ReplayCopy& c : r->copies) c.fn(c.args, ctx);
   for (std::size_t k = 0; k < e.updates_.size(); ++k) {
     const Update& u = e.updates_[k];
@@ -294,7 +303,6 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
   r->copies_out.clear();
   r->fences.clear();
   if (r->done != nullptr) {
-    r->done->timestamp_ns.store(now_ns(), std::memory_order_relaxed);
     complete_fence(*r->done, r->done_generation);
     r->done.reset();
   }

@@ -104,19 +104,10 @@ void complete_fence(EventState& state, std::uint64_t generation) {
   state.completed.notify_all();
 }
 
-void ReplayFence::wait() const {
-  if (reached()) return;
-  for (int i = 0; i < 4096; ++i) {
-    if (reached()) return;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  for (;;) {
-    const std::uint64_t done = state->completed.load(std::memory_order_acquire);
-    if (done >= generation) return;
-    state->completed.wait(done, std::memory_order_acquire);
-  }
+ReplayFence Stream::record_fence() {
+  Event event;
+  event.record(*this);
+  return ReplayFence{id(), event.state(), event.state()->recorded.load(std::memory_order_acquire)};
 }
 
 double Event::elapsed_ms(const Event& end) const {
