@@ -1,7 +1,10 @@
 #pragma once
 // The operator registry. An operator has ONE definition: its schema, a shape
-// function over symbolic shapes, and a kernel per device type. The eager
-// dispatcher, the IR verifier and the tracer all read the same definition.
+// function over symbolic shapes and its traits (Note [Operator traits]). The
+// eager dispatcher, the IR verifier, the tracer and the passes all read the
+// same definition. Kernels are not part of it: each backend registers its
+// kernels for the operators it implements (OpRegistry::set_kernel; the CPU
+// backend's list is src/kernels/cpu/registration.cpp).
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -78,8 +81,25 @@ using CompositeFn = Tensor (*)(std::span<const Tensor* const> tensors,
 using CompositeIntoFn = Tensor (*)(std::span<const Tensor* const> tensors,
                                    std::span<const ScalarValue> scalars, const Tensor& out);
 
+// Note [Operator traits]
+// Facts about an operator that passes need, kept in its definition rather
+// than in lists inside the passes (which drift: constant folding once lacked
+// erf). `pointwise` says each output element is a function of the input
+// elements at the same (broadcast) index and nothing else: such an operator
+// may be folded over constants, may write its result over an input that dies
+// (inplace_pass, input_inplace_pass), and is fused by fuse_elementwise, which
+// emits it as `pointwise_fn` in a fused program (Note [Fused elementwise
+// programs]: a UnaryFn or BinaryFn index, unused by the scalar forms).
+enum class Pointwise : std::uint8_t { none, unary, binary, add_scalar, mul_scalar };
+
+struct OpTraits {
+  Pointwise pointwise = Pointwise::none;
+  int pointwise_fn = -1;
+};
+
 struct OpDef {
   OpSchema schema;
+  OpTraits traits;
   ShapeFn shape_fn = nullptr;
   ViewFn view_fn = nullptr;  // views only
   CompositeFn composite = nullptr;
@@ -95,6 +115,12 @@ class SG_API OpRegistry {
   [[nodiscard]] const OpDef* find(std::string_view name) const;
   [[nodiscard]] std::vector<std::string> names() const;
   void add(OpDef def);
+  // A backend's kernel for `name` on `device`: registered once, before any
+  // call (backends register while the registry is built; the Python
+  // extension registers its libtorch kernels at import). Throws
+  // sinkgraph::Error for an unknown operator, a view or composite (they run
+  // no kernel of their own), or a second kernel for the same device.
+  void set_kernel(std::string_view name, DeviceType device, KernelFn kernel);
 
  private:
   OpRegistry();

@@ -28,6 +28,10 @@ SG_API Tensor erf(const Tensor& x);
 SG_API Tensor relu(const Tensor& x);
 SG_API Tensor silu(const Tensor& x);
 SG_API Tensor gelu(const Tensor& x);  // exact: x * Phi(x), with erf
+SG_API Tensor tanh(const Tensor& x);
+SG_API Tensor sigmoid(const Tensor& x);
+SG_API Tensor hardswish(const Tensor& x);    // x * relu6(x + 3) / 6, as torch
+SG_API Tensor hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6, as torch
 
 // a[..., M, K] @ b[K, N] or batched a[B..., M, K] @ b[B..., K, N].
 SG_API Tensor matmul(const Tensor& a, const Tensor& b);

@@ -6,6 +6,8 @@
 //
 //   load  i   (opcode 1)  push input tensor i (0 <= i < 5)
 //   unary f   (opcode 2)  replace the top: f = neg exp sqrt rsqrt erf relu silu gelu (0..7)
+//   unary2 f  (opcode 6)  the same for unary functions 8..15: f - 8 = tanh sigmoid
+//                         hardswish hardsigmoid (0..3)
 //   binary f  (opcode 3)  pop b, pop a, push a f b: f = add sub mul div (0..3)
 //   addc  k   (opcode 4)  top + constant k (0 <= k < 5): add_scalar
 //   mulc  k   (opcode 5)  top * constant k: mul_scalar
@@ -40,13 +42,35 @@ inline constexpr int kMaxConsts = kMaxScalarArgs - kCodeSlots;  // 5
 inline constexpr int kMaxInputs = kMaxTensorArgs - 1;           // 5
 inline constexpr int kMaxStack = 8;
 
-enum Opcode : int { kLoad = 1, kUnary = 2, kBinary = 3, kAddConst = 4, kMulConst = 5 };
-enum UnaryFn : int { kNeg, kExp, kSqrt, kRsqrt, kErf, kRelu, kSilu, kGelu, kNumUnary };
+enum Opcode : int { kLoad = 1, kUnary = 2, kBinary = 3, kAddConst = 4, kMulConst = 5, kUnaryHi = 6 };
+enum UnaryFn : int {
+  kNeg,
+  kExp,
+  kSqrt,
+  kRsqrt,
+  kErf,
+  kRelu,
+  kSilu,
+  kGelu,
+  kTanh,  // 8: the first function of opcode 6 (kUnaryHi)
+  kSigmoid,
+  kHardswish,
+  kHardsigmoid,
+  kNumUnary
+};
 enum BinaryFn : int { kAdd, kSub, kMul, kDiv, kNumBinary };
 
 constexpr std::int64_t encode(Opcode op, int arg) { return op * 8 + arg; }
 constexpr int opcode_of(std::int64_t instr) { return static_cast<int>(instr >> 3); }
 constexpr int arg_of(std::int64_t instr) { return static_cast<int>(instr & 7); }
+// The instruction applying unary function `fn`, and the function an
+// instruction of opcode kUnary or kUnaryHi applies.
+constexpr std::int64_t encode_unary(int fn) {
+  return fn < 8 ? encode(kUnary, fn) : encode(kUnaryHi, fn - 8);
+}
+constexpr int unary_fn(std::int64_t instr) {
+  return opcode_of(instr) == kUnaryHi ? 8 + arg_of(instr) : arg_of(instr);
+}
 
 // The packed form of a program (instructions in 1..63; at most kMaxCode).
 inline void pack_program(std::span<const std::int64_t> code, std::int64_t (&slots)[kCodeSlots]) {
@@ -90,16 +114,18 @@ inline std::string check_program(std::span<const std::int64_t> code, int num_inp
       }
       loaded |= 1U << arg;
       if (++depth > kMaxStack) return at + " exceeds the stack of " + std::to_string(kMaxStack);
-    } else if (op == kUnary || op == kAddConst || op == kMulConst) {
-      if (op == kUnary && arg >= kNumUnary) return at + " names no unary function";
-      if (op != kUnary && arg >= kMaxConsts) return at + " names no constant";
+    } else if (op == kUnary || op == kUnaryHi || op == kAddConst || op == kMulConst) {
+      if ((op == kUnary || op == kUnaryHi) && unary_fn(c) >= kNumUnary) {
+        return at + " names no unary function";
+      }
+      if ((op == kAddConst || op == kMulConst) && arg >= kMaxConsts) return at + " names no constant";
       if (depth < 1) return at + " has no operand on the stack";
     } else if (op == kBinary) {
       if (arg >= kNumBinary) return at + " names no binary function";
       if (depth < 2) return at + " needs two operands on the stack";
       --depth;
     } else {
-      return at + " has an unknown opcode (expected opcode*8+arg with opcode 1..5)";
+      return at + " has an unknown opcode (expected opcode*8+arg with opcode 1..6)";
     }
   }
   if (depth != 1) return "the program leaves " + std::to_string(depth) + " values; expected 1";

@@ -44,8 +44,8 @@ const OpDef& op_def() {
   return def;
 }
 
-// An OpDef with a CPU kernel (nullptr for composite operators).
-OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, KernelFn cpu_kernel);
+// An OpDef without kernels: backends register those (OpRegistry::set_kernel).
+OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, OpTraits traits = {});
 
 // Shape-function helpers: each throws sinkgraph::Error naming op and argument.
 void check_floating(const TensorMeta& t, const char* op, const char* arg);
@@ -62,5 +62,8 @@ void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_memory_ops(OpRegistry& registry);
 void register_fused_ops(OpRegistry& registry);
+// Kernels of each backend (src/ops/backends/), registered after the operators.
+void register_cpu_kernels(OpRegistry& registry);
+void register_cuda_kernels(OpRegistry& registry);
 
 }  // namespace sinkgraph::detail

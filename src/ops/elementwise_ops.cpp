@@ -1,5 +1,5 @@
 // Elementwise operators: binary with broadcasting, scalar and unary forms.
-#include "../kernels/cpu/kernels.h"
+#include "../kernels/fused_program.h"
 #include "dispatch.h"
 #include "sinkgraph/ops.h"
 
@@ -20,10 +20,13 @@ inline constexpr char kErf[] = "erf";
 inline constexpr char kRelu[] = "relu";
 inline constexpr char kSilu[] = "silu";
 inline constexpr char kGelu[] = "gelu";
+inline constexpr char kTanh[] = "tanh";
+inline constexpr char kSigmoid[] = "sigmoid";
+inline constexpr char kHardswish[] = "hardswish";
+inline constexpr char kHardsigmoid[] = "hardsigmoid";
 
 namespace {
 
-namespace k = kernels::cpu;
 
 template <const char* Name>
 TensorMeta binary_shape(const ShapeArgs& args) {
@@ -49,22 +52,31 @@ TensorMeta div_shape(const ShapeArgs& args) {
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& r) {
+  namespace fp = kernels::fused;
   const ArgSpec a{"a"}, b{"b"}, x{"x"};
   const ArgSpec value{"value", ArgKind::real};
-  r.add(make_op(kAdd, {a, b}, binary_shape<kAdd>, k::add));
-  r.add(make_op(kSub, {a, b}, binary_shape<kSub>, k::sub));
-  r.add(make_op(kMul, {a, b}, binary_shape<kMul>, k::mul));
-  r.add(make_op(kDiv, {a, b}, div_shape, k::div));
-  r.add(make_op(kAddScalar, {x, value}, float_unary_shape<kAddScalar>, k::add_scalar));
-  r.add(make_op(kMulScalar, {x, value}, float_unary_shape<kMulScalar>, k::mul_scalar));
-  r.add(make_op(kNeg, {x}, float_unary_shape<kNeg>, k::neg));
-  r.add(make_op(kExp, {x}, float_unary_shape<kExp>, k::exp));
-  r.add(make_op(kSqrt, {x}, float_unary_shape<kSqrt>, k::sqrt));
-  r.add(make_op(kRsqrt, {x}, float_unary_shape<kRsqrt>, k::rsqrt));
-  r.add(make_op(kErf, {x}, float_unary_shape<kErf>, k::erf));
-  r.add(make_op(kRelu, {x}, float_unary_shape<kRelu>, k::relu));
-  r.add(make_op(kSilu, {x}, float_unary_shape<kSilu>, k::silu));
-  r.add(make_op(kGelu, {x}, float_unary_shape<kGelu>, k::gelu));
+  // Every operator here is pointwise (Note [Operator traits]); its trait says
+  // how a fused program computes it.
+  const auto binary = [](int fn) { return OpTraits{Pointwise::binary, fn}; };
+  const auto unary = [](int fn) { return OpTraits{Pointwise::unary, fn}; };
+  r.add(make_op(kAdd, {a, b}, binary_shape<kAdd>, binary(fp::kAdd)));
+  r.add(make_op(kSub, {a, b}, binary_shape<kSub>, binary(fp::kSub)));
+  r.add(make_op(kMul, {a, b}, binary_shape<kMul>, binary(fp::kMul)));
+  r.add(make_op(kDiv, {a, b}, div_shape, binary(fp::kDiv)));
+  r.add(make_op(kAddScalar, {x, value}, float_unary_shape<kAddScalar>, {Pointwise::add_scalar}));
+  r.add(make_op(kMulScalar, {x, value}, float_unary_shape<kMulScalar>, {Pointwise::mul_scalar}));
+  r.add(make_op(kNeg, {x}, float_unary_shape<kNeg>, unary(fp::kNeg)));
+  r.add(make_op(kExp, {x}, float_unary_shape<kExp>, unary(fp::kExp)));
+  r.add(make_op(kSqrt, {x}, float_unary_shape<kSqrt>, unary(fp::kSqrt)));
+  r.add(make_op(kRsqrt, {x}, float_unary_shape<kRsqrt>, unary(fp::kRsqrt)));
+  r.add(make_op(kErf, {x}, float_unary_shape<kErf>, unary(fp::kErf)));
+  r.add(make_op(kRelu, {x}, float_unary_shape<kRelu>, unary(fp::kRelu)));
+  r.add(make_op(kSilu, {x}, float_unary_shape<kSilu>, unary(fp::kSilu)));
+  r.add(make_op(kGelu, {x}, float_unary_shape<kGelu>, unary(fp::kGelu)));
+  r.add(make_op(kTanh, {x}, float_unary_shape<kTanh>, unary(fp::kTanh)));
+  r.add(make_op(kSigmoid, {x}, float_unary_shape<kSigmoid>, unary(fp::kSigmoid)));
+  r.add(make_op(kHardswish, {x}, float_unary_shape<kHardswish>, unary(fp::kHardswish)));
+  r.add(make_op(kHardsigmoid, {x}, float_unary_shape<kHardsigmoid>, unary(fp::kHardsigmoid)));
 }
 
 }  // namespace detail
@@ -92,6 +104,10 @@ Tensor erf(const Tensor& x) { return call(op_def<detail::kErf>(), {&x}); }
 Tensor relu(const Tensor& x) { return call(op_def<detail::kRelu>(), {&x}); }
 Tensor silu(const Tensor& x) { return call(op_def<detail::kSilu>(), {&x}); }
 Tensor gelu(const Tensor& x) { return call(op_def<detail::kGelu>(), {&x}); }
+Tensor tanh(const Tensor& x) { return call(op_def<detail::kTanh>(), {&x}); }
+Tensor sigmoid(const Tensor& x) { return call(op_def<detail::kSigmoid>(), {&x}); }
+Tensor hardswish(const Tensor& x) { return call(op_def<detail::kHardswish>(), {&x}); }
+Tensor hardsigmoid(const Tensor& x) { return call(op_def<detail::kHardsigmoid>(), {&x}); }
 
 }  // namespace ops
 }  // namespace sinkgraph

@@ -7,7 +7,6 @@
 //   fused_elementwise([x...], code0..2, c0..c4)
 //                                       a tree of elementwise operators, one
 //                                       kernel (Note [Fused elementwise programs])
-#include "../kernels/cpu/kernels.h"
 #include "../kernels/fused_program.h"
 #include "dispatch.h"
 #include "sinkgraph/ops.h"
@@ -21,7 +20,6 @@ inline constexpr char kAddRmsNorm[] = "add_rms_norm";
 
 namespace {
 
-namespace k = kernels::cpu;
 namespace fp = kernels::fused;
 
 TensorMeta silu_mul_shape(const ShapeArgs& args) {
@@ -85,15 +83,14 @@ TensorMeta fused_elementwise_shape(const ShapeArgs& args) {
 }  // namespace
 
 void register_fused_ops(OpRegistry& r) {
-  r.add(make_op(kSiluMul, {{"a"}, {"b"}}, silu_mul_shape, k::silu_mul));
-  r.add(make_op(kAddRmsNorm, {{"x"}, {"r"}, {"weight"}, {"eps", ArgKind::real}}, add_rms_norm_shape,
-                k::add_rms_norm));
+  r.add(make_op(kSiluMul, {{"a"}, {"b"}}, silu_mul_shape));
+  r.add(make_op(kAddRmsNorm, {{"x"}, {"r"}, {"weight"}, {"eps", ArgKind::real}}, add_rms_norm_shape));
   std::vector<ArgSpec> args = {{"inputs", ArgKind::tensor_list}};
   for (int c = 0; c < fp::kCodeSlots; ++c) {
     args.push_back({"code" + std::to_string(c), ArgKind::integer});
   }
   for (int c = 0; c < fp::kMaxConsts; ++c) args.push_back({"c" + std::to_string(c), ArgKind::real});
-  r.add(make_op(kFusedElementwise, std::move(args), fused_elementwise_shape, k::fused_elementwise));
+  r.add(make_op(kFusedElementwise, std::move(args), fused_elementwise_shape));
 }
 
 }  // namespace detail
@@ -125,7 +122,7 @@ Tensor fused_elementwise(const std::vector<Tensor>& inputs, const std::vector<st
            fp::kMaxCode);
   for (std::size_t i = 0; i < code.size(); ++i) {
     SG_CHECK(code[i] > 0 && code[i] < 64, "fused_elementwise: instruction ", i, " (", code[i],
-             ") is not opcode*8+arg with opcode 1..5 and arg 0..7");
+             ") is not opcode*8+arg with opcode 1..6 and arg 0..7");
   }
   std::int64_t slots[fp::kCodeSlots];
   fp::pack_program(code, slots);

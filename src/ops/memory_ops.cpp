@@ -1,5 +1,4 @@
 // In-place writes (copy_, index_copy_, fill_) and tensor factories.
-#include "../kernels/cpu/kernels.h"
 #include "dispatch.h"
 #include "sinkgraph/ops.h"
 
@@ -14,7 +13,6 @@ inline constexpr char kArange[] = "arange";
 
 namespace {
 
-namespace k = kernels::cpu;
 
 TensorMeta copy_shape(const ShapeArgs& args) {
   const TensorMeta& dst = args.tensors[0];
@@ -68,25 +66,24 @@ TensorMeta arange_shape(const ShapeArgs& args) {
 
 void register_memory_ops(OpRegistry& r) {
   OpDef copy =
-      make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape, k::copy);
+      make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape);
   copy.schema.alias_of = 0;
   r.add(std::move(copy));
   OpDef index_copy = make_op(kIndexCopy,
                              {{"dst", ArgKind::tensor, false, true},
                               {"index", ArgKind::integer, /*updatable=*/true},
                               {"src"}},
-                             index_copy_shape, k::index_copy);
+                             index_copy_shape);
   index_copy.schema.alias_of = 0;
   r.add(std::move(index_copy));
   OpDef fill = make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}},
-                       fill_shape, k::fill);
+                       fill_shape);
   fill.schema.alias_of = 0;
   r.add(std::move(fill));
   r.add(make_op(kFull,
                 {{"shape", ArgKind::int_list}, {"value", ArgKind::real}, {"dtype", ArgKind::dtype}},
-                full_shape, k::fill));
-  r.add(make_op(kArange, {{"n", ArgKind::integer}, {"dtype", ArgKind::dtype}}, arange_shape,
-                k::arange));
+                full_shape));
+  r.add(make_op(kArange, {{"n", ArgKind::integer}, {"dtype", ArgKind::dtype}}, arange_shape));
 }
 
 }  // namespace detail

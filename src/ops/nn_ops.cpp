@@ -1,7 +1,6 @@
 // Linear algebra, normalisation and transformer operators.
 #include <cmath>
 
-#include "../kernels/cpu/kernels.h"
 #include "dispatch.h"
 #include "sinkgraph/ops.h"
 
@@ -21,7 +20,6 @@ inline constexpr char kSample[] = "sample";
 
 namespace {
 
-namespace k = kernels::cpu;
 
 TensorMeta matmul_shape(const ShapeArgs& args) {
   const TensorMeta& a = args.tensors[0];
@@ -165,32 +163,32 @@ TensorMeta sample_shape(const ShapeArgs& args) {
 void register_nn_ops(OpRegistry& r) {
   const ArgSpec x{"x"};
   const ArgSpec eps{"eps", ArgKind::real};
-  r.add(make_op(kMatmul, {{"a"}, {"b"}}, matmul_shape, k::matmul));
-  r.add(make_op(kLinear, {x, {"w"}}, linear_shape, k::linear));
-  r.add(make_op(kSoftmax, {x}, softmax_shape, k::softmax));
-  r.add(make_op(kRmsNorm, {x, {"weight"}, eps}, rms_norm_shape, k::rms_norm));
-  r.add(make_op(kLayerNorm, {x, {"weight"}, {"bias"}, eps}, layer_norm_shape, k::layer_norm));
+  r.add(make_op(kMatmul, {{"a"}, {"b"}}, matmul_shape));
+  r.add(make_op(kLinear, {x, {"w"}}, linear_shape));
+  r.add(make_op(kSoftmax, {x}, softmax_shape));
+  r.add(make_op(kRmsNorm, {x, {"weight"}, eps}, rms_norm_shape));
+  r.add(make_op(kLayerNorm, {x, {"weight"}, {"bias"}, eps}, layer_norm_shape));
   r.add(make_op(kRope,
                 {x,
                  {"pos0", ArgKind::integer, /*updatable=*/true},
                  {"theta", ArgKind::real},
                  {"style", ArgKind::integer}},
-                rope_shape, k::rope));
-  r.add(make_op(kEmbedding, {{"weight"}, {"ids"}}, embedding_shape, k::embedding));
+                rope_shape));
+  r.add(make_op(kEmbedding, {{"weight"}, {"ids"}}, embedding_shape));
   r.add(make_op(kAttention,
                 {{"q"},
                  {"k"},
                  {"v"},
                  {"seq_len", ArgKind::integer, /*updatable=*/true},
                  {"scale", ArgKind::real}},
-                attention_shape, k::attention));
-  r.add(make_op(kArgmax, {x}, argmax_shape, k::argmax));
+                attention_shape));
+  r.add(make_op(kArgmax, {x}, argmax_shape));
   r.add(make_op(kSample,
                 {{"logits"},
                  {"temperature", ArgKind::real},
                  {"seed", ArgKind::integer},
                  {"offset", ArgKind::integer, /*updatable=*/true}},
-                sample_shape, k::sample));
+                sample_shape));
 }
 
 }  // namespace detail

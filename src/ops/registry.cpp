@@ -37,6 +37,14 @@ OpRegistry::OpRegistry() {
   detail::register_shape_ops(*this);
   detail::register_memory_ops(*this);
   detail::register_fused_ops(*this);
+  // Then each backend's kernels (which backends: chosen in CMake).
+  detail::register_cpu_kernels(*this);
+  detail::register_cuda_kernels(*this);
+  for (const OpDef& op : state().ops) {
+    SG_ASSERT(op.schema.is_view || op.composite != nullptr ||
+                  op.kernels[static_cast<std::size_t>(DeviceType::cpu)] != nullptr,
+              op.schema.name, " has no CPU kernel");
+  }
 }
 
 OpRegistry& OpRegistry::instance() {
@@ -52,6 +60,21 @@ void OpRegistry::add(OpDef def) {
   const std::string name = def.schema.name;
   s.ops.push_back(std::move(def));
   s.by_name.emplace(name, &s.ops.back());
+}
+
+void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+  const auto& map = state().by_name;
+  const auto it = map.find(std::string(name));
+  SG_CHECK(it != map.end(), "set_kernel: unknown operator '", name, "'");
+  // The deque holds the definitions; by_name points into it.
+  auto& def = const_cast<OpDef&>(*it->second);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  SG_CHECK(!def.schema.is_view && def.composite == nullptr, "set_kernel: '", name,
+           "' is a view or a composite and runs no kernel of its own");
+  SG_CHECK(kernel != nullptr, "set_kernel: null kernel for '", name, "'");
+  KernelFn& slot = def.kernels[static_cast<std::size_t>(device)];
+  SG_CHECK(slot == nullptr, "set_kernel: '", name, "' already has a ", device_type_name(device),
+           " kernel");
+  slot = kernel;
 }
 
 const OpDef* OpRegistry::find(std::string_view name) const {
@@ -266,12 +289,12 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   return result;
 }
 
-OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, KernelFn cpu_kernel) {
+OpDef make_op(const char* name, std::vector<ArgSpec> args, ShapeFn shape, OpTraits traits) {
   OpDef def;
   def.schema.name = name;
   def.schema.args = std::move(args);
   def.shape_fn = shape;
-  def.kernels[static_cast<std::size_t>(DeviceType::cpu)] = cpu_kernel;
+  def.traits = traits;
   return def;
 }
 

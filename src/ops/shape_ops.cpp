@@ -1,7 +1,6 @@
 // Views (slice, view, transpose, permute), reshape, contiguous and cat.
 #include <numeric>
 
-#include "../kernels/cpu/kernels.h"
 #include "dispatch.h"
 #include "sinkgraph/ops.h"
 
@@ -17,7 +16,6 @@ inline constexpr char kCat[] = "cat";
 
 namespace {
 
-namespace k = kernels::cpu;
 
 const std::vector<SymInt>& int_list(const ShapeArgs& args, int i) {
   return std::get<std::vector<SymInt>>(args.scalars[i]);
@@ -237,7 +235,7 @@ Tensor cat_composite(std::span<const Tensor* const> tensors, std::span<const Sca
 }
 
 OpDef make_view(const char* name, std::vector<ArgSpec> args, ShapeFn shape, ViewFn view) {
-  OpDef def = make_op(name, std::move(args), shape, nullptr);
+  OpDef def = make_op(name, std::move(args), shape);
   def.schema.is_view = true;
   def.schema.alias_of = 0;
   def.view_fn = view;
@@ -259,10 +257,10 @@ void register_shape_ops(OpRegistry& r) {
   r.add(make_view(kTranspose, {x, {"dim0", ArgKind::integer}, {"dim1", ArgKind::integer}},
                   transpose_shape, transpose_view));
   r.add(make_view(kPermute, {x, {"dims", ArgKind::int_list}}, permute_shape, permute_view));
-  r.add(make_op(kContiguous, {x}, identity_shape, k::contiguous));
+  r.add(make_op(kContiguous, {x}, identity_shape));
   // cat runs as one copy per input into slices of its output.
   OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}},
-                      cat_shape, nullptr);
+                      cat_shape);
   cat.composite = cat_composite;
   cat.composite_into = cat_into;
   r.add(std::move(cat));

@@ -28,12 +28,9 @@
 namespace sinkgraph::passes {
 namespace {
 
-bool is_foldable_op(const std::string& name) {
-  static const std::unordered_set<std::string> ops = {
-      "add", "sub",  "mul",   "div",  "add_scalar", "mul_scalar", "neg",
-      "exp", "sqrt", "rsqrt", "relu", "silu",       "gelu"};
-  return ops.contains(name);
-}
+// Pointwise operators (Note [Operator traits]): one element of each operand
+// determines one element of the result.
+bool is_foldable_op(const OpDef& op) { return op.traits.pointwise != Pointwise::none; }
 
 double full_value(const ir::Node& full) { return std::get<double>(*full.attr("value")); }
 
@@ -46,7 +43,7 @@ void fold_literals(ir::Graph& graph, const std::unordered_set<const ir::Value*>&
   std::vector<ir::Node*> nodes;
   for (const auto& node : graph.nodes()) nodes.push_back(node.get());
   for (ir::Node* node : nodes) {
-    if (!is_foldable_op(node->op_name()) || node->results.size() != 1) continue;
+    if (!is_foldable_op(*node->op) || node->results.size() != 1) continue;
     bool all_constant = !node->operands.empty();
     for (const ir::Value* v : node->operands) all_constant = all_constant && is_constant(v);
     if (!all_constant) continue;

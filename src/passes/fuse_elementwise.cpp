@@ -27,6 +27,7 @@
 // near-linear in nodes.
 #include <algorithm>
 #include <bit>
+#include <optional>
 #include <unordered_map>
 
 #include "../kernels/fused_program.h"
@@ -37,27 +38,20 @@ namespace {
 
 namespace fp = kernels::fused;
 
+// The instruction a pointwise operator becomes (its traits say how: Note
+// [Operator traits]); nullopt for any other operator.
 struct OpCode {
-  fp::Opcode opcode;
-  int fn;  // unary/binary function; -1 for the scalar forms
+  Pointwise form;
+  int fn;
 };
 
-const OpCode* opcode_for(const std::string& name) {
-  static const std::unordered_map<std::string, OpCode> table = {
-      {"neg", {fp::kUnary, fp::kNeg}},     {"exp", {fp::kUnary, fp::kExp}},
-      {"sqrt", {fp::kUnary, fp::kSqrt}},   {"rsqrt", {fp::kUnary, fp::kRsqrt}},
-      {"erf", {fp::kUnary, fp::kErf}},     {"relu", {fp::kUnary, fp::kRelu}},
-      {"silu", {fp::kUnary, fp::kSilu}},   {"gelu", {fp::kUnary, fp::kGelu}},
-      {"add", {fp::kBinary, fp::kAdd}},    {"sub", {fp::kBinary, fp::kSub}},
-      {"mul", {fp::kBinary, fp::kMul}},    {"div", {fp::kBinary, fp::kDiv}},
-      {"add_scalar", {fp::kAddConst, -1}}, {"mul_scalar", {fp::kMulConst, -1}},
-  };
-  const auto it = table.find(name);
-  return it == table.end() ? nullptr : &it->second;
+std::optional<OpCode> opcode_for(const OpDef& op) {
+  if (op.traits.pointwise == Pointwise::none) return std::nullopt;
+  return OpCode{op.traits.pointwise, op.traits.pointwise_fn};
 }
 
 bool is_fusable(const ir::Node& node) {
-  return node.results.size() == 1 && opcode_for(node.op_name()) != nullptr &&
+  return node.results.size() == 1 && opcode_for(*node.op).has_value() &&
          is_floating(node.result()->meta.dtype);
 }
 
@@ -141,8 +135,8 @@ class Builder {
   }
 
   bool emit_node(ir::Node* node, int level) {
-    const OpCode& oc = *opcode_for(node->op_name());
-    const bool scalar = oc.opcode == fp::kAddConst || oc.opcode == fp::kMulConst;
+    const OpCode oc = *opcode_for(*node->op);
+    const bool scalar = oc.form == Pointwise::add_scalar || oc.form == Pointwise::mul_scalar;
     const auto n = static_cast<int>(node->operands.size());
     reserved_code_ += 1 + n;
     reserved_inputs_ += n;
@@ -154,12 +148,12 @@ class Builder {
     }
     --reserved_code_;
     if (level > 0) absorbed.push_back(node);
-    switch (oc.opcode) {
-      case fp::kUnary:
-        return push(fp::encode(fp::kUnary, oc.fn), 0);
-      case fp::kBinary:
+    switch (oc.form) {
+      case Pointwise::unary:
+        return push(fp::encode_unary(oc.fn), 0);
+      case Pointwise::binary:
         return push(fp::encode(fp::kBinary, oc.fn), -1);
-      default: {
+      default: {  // add_scalar, mul_scalar
         --reserved_consts_;
         const double value = std::get<double>(*node->attr("value"));
         auto it = std::find_if(consts.begin(), consts.end(), [&](double c) {
@@ -170,7 +164,8 @@ class Builder {
           consts.push_back(value);
           it = consts.end() - 1;
         }
-        return push(fp::encode(oc.opcode, static_cast<int>(it - consts.begin())), 0);
+        const fp::Opcode opcode = oc.form == Pointwise::add_scalar ? fp::kAddConst : fp::kMulConst;
+        return push(fp::encode(opcode, static_cast<int>(it - consts.begin())), 0);
       }
     }
   }

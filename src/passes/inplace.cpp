@@ -28,10 +28,8 @@ namespace sinkgraph::passes {
 
 namespace detail {
 bool is_elementwise_in_place_safe(const OpDef& op) {
-  static const std::unordered_set<std::string> ops = {
-      "add", "sub",  "mul",   "div", "add_scalar", "mul_scalar", "neg",
-      "exp", "sqrt", "rsqrt", "erf", "relu",       "silu",       "gelu"};
-  return op.schema.alias_of < 0 && op.composite == nullptr && ops.contains(op.schema.name);
+  return op.traits.pointwise != Pointwise::none && op.schema.alias_of < 0 &&
+         op.composite == nullptr;
 }
 }  // namespace detail
 

@@ -226,10 +226,21 @@ double run_program(const std::vector<std::int64_t>& code, const std::vector<doub
     double& x = st.back();
     if (op == 4) x += consts[static_cast<std::size_t>(arg)];
     if (op == 5) x *= consts[static_cast<std::size_t>(arg)];
-    if (op == 2) {
-      const double fns[] = {-x,          std::exp(x),   std::sqrt(x), 1.0 / std::sqrt(x),
-                            std::erf(x), x > 0 ? x : 0, ref::silu(x), ref::gelu(x)};
-      x = fns[arg];
+    if (op == 2 || op == 6) {
+      const double relu6 = std::min(std::max(x + 3.0, 0.0), 6.0);
+      const double fns[] = {-x,
+                            std::exp(x),
+                            std::sqrt(x),
+                            1.0 / std::sqrt(x),
+                            std::erf(x),
+                            x > 0 ? x : 0,
+                            ref::silu(x),
+                            ref::gelu(x),
+                            std::tanh(x),
+                            1.0 / (1.0 + std::exp(-x)),
+                            x * relu6 / 6.0,
+                            relu6 / 6.0};
+      x = fns[op == 6 ? 8 + arg : arg];
     }
   }
   return st.back();
@@ -263,6 +274,21 @@ TEST(ops_fused, fused_elementwise_matches_the_reference_interpreter) {
           << sinkgraph::dtype_name(dtype) << " " << sgtest::str(os);
     }
   }
+}
+
+TEST(ops_fused, fused_elementwise_runs_the_second_unary_opcode) {
+  // tanh(x0) * hardsigmoid(x1) + hardswish(sigmoid(x0)): opcode 6 is unary 8..11.
+  const std::vector<std::int64_t> code = {8, 48, 9, 51, 26, 8, 49, 50, 24};
+  std::mt19937 rng(23);
+  std::vector<float> v[2];
+  const Tensor a = make(sgtest::random_floats(rng, 40, -5, 5), {8, 5}, DType::f32, &v[0]);
+  const Tensor b = make(sgtest::random_floats(rng, 5, -5, 5), {5}, DType::f32, &v[1]);
+  const Tensor out = ops::fused_elementwise({a, b}, code);
+  std::vector<float> want(40);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    want[i] = static_cast<float>(run_program(code, {}, {v[0][i], v[1][i % 5]}));
+  }
+  EXPECT_TRUE(all_close(out.to_floats(), want, kRtol, kAtol));
 }
 
 TEST(ops_fused, fused_elementwise_reads_strided_inputs_and_long_rows) {

@@ -181,5 +181,33 @@ TEST(passes_constant_folding, NeverTurnsOutputsIntoFoldedParams) {
   EXPECT_TRUE(same_results(g, *out, inputs, &ctx));
 }
 
+// Every operator whose traits say pointwise folds, read from the registry
+// (Note [Operator traits]): a new pointwise operator needs no list here.
+TEST(passes_constant_folding, FoldsEveryPointwiseOperator) {
+  using sinkgraph::OpDef;
+  using sinkgraph::Pointwise;
+  auto& registry = sinkgraph::OpRegistry::instance();
+  int folded_ops = 0;
+  for (const auto& name : registry.names()) {
+    const OpDef& def = registry.get(name);
+    if (def.traits.pointwise == Pointwise::none) continue;
+    SCOPED_TRACE(name);
+    ir::Graph g("g");
+    ir::Value* a = full(g, dims({3}), 0.75);
+    std::vector<ir::NamedAttr> attrs;
+    std::vector<ir::Value*> operands = {a};
+    if (def.traits.pointwise == Pointwise::binary) operands.push_back(full(g, dims({3}), 1.5));
+    if (def.traits.pointwise == Pointwise::add_scalar ||
+        def.traits.pointwise == Pointwise::mul_scalar)
+      attrs.push_back({"value", 2.0});
+    g.outputs = {add(g, name, operands, attrs)};
+    auto out = run_pass(g, "constant_folding");
+    EXPECT_EQ(count_op(*out, name), 0U);
+    EXPECT_TRUE(same_results(g, *out, {}));
+    ++folded_ops;
+  }
+  EXPECT_GE(folded_ops, 18);
+}
+
 }  // namespace
 }  // namespace sgtest

@@ -2,6 +2,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "pointwise_math.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -135,12 +136,22 @@ struct Relu {
   float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; }
 };
 struct Silu {
-  float operator()(float x, float) const { return x / (1.0F + vec::exp(-x)); }
+  float operator()(float x, float) const { return pointwise::silu(x); }
 };
 struct Gelu {
-  float operator()(float x, float) const {
-    return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));
-  }
+  float operator()(float x, float) const { return pointwise::gelu(x); }
+};
+struct Tanh {
+  float operator()(float x, float) const { return std::tanh(x); }
+};
+struct Sigmoid {
+  float operator()(float x, float) const { return pointwise::sigmoid(x); }
+};
+struct Hardswish {
+  float operator()(float x, float) const { return pointwise::hardswish(x); }
+};
+struct Hardsigmoid {
+  float operator()(float x, float) const { return pointwise::hardsigmoid(x); }
 };
 
 }  // namespace
@@ -159,5 +170,9 @@ void erf(const ArgBlock& a, KernelContext& c) { unary<Erf>(a, c); }
 void relu(const ArgBlock& a, KernelContext& c) { unary<Relu>(a, c); }
 void silu(const ArgBlock& a, KernelContext& c) { unary<Silu>(a, c); }
 void gelu(const ArgBlock& a, KernelContext& c) { unary<Gelu>(a, c); }
+void tanh(const ArgBlock& a, KernelContext& c) { unary<Tanh>(a, c); }
+void sigmoid(const ArgBlock& a, KernelContext& c) { unary<Sigmoid>(a, c); }
+void hardswish(const ArgBlock& a, KernelContext& c) { unary<Hardswish>(a, c); }
+void hardsigmoid(const ArgBlock& a, KernelContext& c) { unary<Hardsigmoid>(a, c); }
 
 }  // namespace sinkgraph::kernels::cpu

@@ -11,6 +11,7 @@
 #include "../fused_program.h"
 #include "common.h"
 #include "kernels.h"
+#include "pointwise_math.h"
 #include "rows.h"
 #include "vec.h"
 
@@ -34,42 +35,6 @@ inline float round_to(float v) {
   }
 }
 
-// As elementwise.cpp's Silu: x / (1 + exp(-x)).
-inline float silu_f(float x) { return x / (1.0F + vec::exp(-x)); }
-
-inline float apply_unary(int fn, float x) {
-  switch (fn) {
-    case fp::kNeg:
-      return -x;
-    case fp::kExp:
-      return vec::exp(x);
-    case fp::kSqrt:
-      return std::sqrt(x);
-    case fp::kRsqrt:
-      return 1.0F / std::sqrt(x);
-    case fp::kErf:
-      return std::erf(x);
-    case fp::kRelu:
-      return x > 0.0F ? x : 0.0F;
-    case fp::kSilu:
-      return silu_f(x);
-    default:  // kGelu
-      return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F));
-  }
-}
-
-inline float apply_binary(int fn, float a, float b) {
-  switch (fn) {
-    case fp::kAdd:
-      return a + b;
-    case fp::kSub:
-      return a - b;
-    case fp::kMul:
-      return a * b;
-    default:  // kDiv
-      return a / b;
-  }
-}
 
 // Calls fn(offsets, count, inner_strides) for every innermost row of the
 // output t[N-1], with the inputs t[0..N-2] broadcast against it.
@@ -147,15 +112,17 @@ void run_chunked(const Program& p, const T* const* in, T* out, const std::int64_
           for (std::int64_t i = 0; i < m; ++i) dst[i] = load(src + i * s);
           break;
         }
-        case fp::kUnary: {
+        case fp::kUnary:
+        case fp::kUnaryHi: {
+          const int fn = fp::unary_fn(p.code[pc]);
           float* x = stack[sp - 1];
-          for (std::int64_t i = 0; i < m; ++i) x[i] = round_to<T>(apply_unary(arg, x[i]));
+          for (std::int64_t i = 0; i < m; ++i) x[i] = round_to<T>(pointwise::unary(fn, x[i]));
           break;
         }
         case fp::kBinary: {
           float* a = stack[sp - 2];
           const float* b = stack[sp - 1];
-          for (std::int64_t i = 0; i < m; ++i) a[i] = round_to<T>(apply_binary(arg, a[i], b[i]));
+          for (std::int64_t i = 0; i < m; ++i) a[i] = round_to<T>(pointwise::binary(arg, a[i], b[i]));
           --sp;
           break;
         }
@@ -190,7 +157,7 @@ void silu_mul(const ArgBlock& args, KernelContext& ctx) {
     broadcast_rows<3>(t, ctx,
                       [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
                         for (std::int64_t i = 0; i < count; ++i) {
-                          const float s = round_to<T>(silu_f(load(pa + off[0] + i * st[0])));
+                          const float s = round_to<T>(pointwise::silu(load(pa + off[0] + i * st[0])));
                           store(po + off[2] + i * st[2], s * load(pb + off[1] + i * st[1]));
                         }
                       });

@@ -22,6 +22,10 @@ void erf(const ArgBlock& args, KernelContext& ctx);
 void relu(const ArgBlock& args, KernelContext& ctx);
 void silu(const ArgBlock& args, KernelContext& ctx);
 void gelu(const ArgBlock& args, KernelContext& ctx);
+void tanh(const ArgBlock& args, KernelContext& ctx);
+void sigmoid(const ArgBlock& args, KernelContext& ctx);
+void hardswish(const ArgBlock& args, KernelContext& ctx);
+void hardsigmoid(const ArgBlock& args, KernelContext& ctx);
 
 // Copies and fills: copy (dst, src) broadcasts src and converts dtype.
 void copy(const ArgBlock& args, KernelContext& ctx);

@@ -1,0 +1,63 @@
+#pragma once
+// The scalar math of every pointwise unary and binary function, in f32: one
+// definition read by the separate elementwise kernels and by the fused
+// elementwise program (Note [Fused elementwise programs]), so a fused chain
+// is bitwise equal to the kernels it replaces.
+#include <cmath>
+
+#include "vec.h"
+#include "../fused_program.h"
+
+namespace sinkgraph::kernels::pointwise {
+
+inline float silu(float x) { return x / (1.0F + cpu::vec::exp(-x)); }
+// PyTorch's default (exact) GELU.
+inline float gelu(float x) { return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F)); }
+inline float sigmoid(float x) { return 1.0F / (1.0F + cpu::vec::exp(-x)); }
+// PyTorch's: hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1); hardswish(x) = x * relu6(x + 3) / 6.
+inline float hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0F, 0.0F), 6.0F) / 6.0F; }
+inline float hardswish(float x) { return x * std::fmin(std::fmax(x + 3.0F, 0.0F), 6.0F) / 6.0F; }
+
+inline float unary(int fn, float x) {
+  switch (fn) {
+    case fused::kNeg:
+      return -x;
+    case fused::kExp:
+      return cpu::vec::exp(x);
+    case fused::kSqrt:
+      return std::sqrt(x);
+    case fused::kRsqrt:
+      return 1.0F / std::sqrt(x);
+    case fused::kErf:
+      return std::erf(x);
+    case fused::kRelu:
+      return x > 0.0F ? x : 0.0F;
+    case fused::kSilu:
+      return silu(x);
+    case fused::kGelu:
+      return gelu(x);
+    case fused::kTanh:
+      return std::tanh(x);
+    case fused::kSigmoid:
+      return sigmoid(x);
+    case fused::kHardswish:
+      return hardswish(x);
+    default:  // kHardsigmoid
+      return hardsigmoid(x);
+  }
+}
+
+inline float binary(int fn, float a, float b) {
+  switch (fn) {
+    case fused::kAdd:
+      return a + b;
+    case fused::kSub:
+      return a - b;
+    case fused::kMul:
+      return a * b;
+    default:  // kDiv
+      return a / b;
+  }
+}
+
+}  // namespace sinkgraph::kernels::pointwise

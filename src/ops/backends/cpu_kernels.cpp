@@ -1,0 +1,62 @@
+// The CPU backend's kernels (src/kernels/cpu/), registered for the operators
+// they implement. An operator's definition (src/ops/*_ops.cpp) says what it
+// computes; this table says which CPU function computes it. Another backend
+// (a CUDA device, generated code) adds a table of its own, chosen in CMake.
+#include "../../kernels/cpu/kernels.h"
+#include "../dispatch.h"
+
+namespace sinkgraph::detail {
+
+void register_cpu_kernels(OpRegistry& r) {
+  namespace k = kernels::cpu;
+  struct Entry {
+    const char* op;
+    KernelFn kernel;
+  };
+  static constexpr Entry kTable[] = {
+      // Elementwise.
+      {"add", k::add},
+      {"sub", k::sub},
+      {"mul", k::mul},
+      {"div", k::div},
+      {"add_scalar", k::add_scalar},
+      {"mul_scalar", k::mul_scalar},
+      {"neg", k::neg},
+      {"exp", k::exp},
+      {"sqrt", k::sqrt},
+      {"rsqrt", k::rsqrt},
+      {"erf", k::erf},
+      {"relu", k::relu},
+      {"silu", k::silu},
+      {"gelu", k::gelu},
+      {"tanh", k::tanh},
+      {"sigmoid", k::sigmoid},
+      {"hardswish", k::hardswish},
+      {"hardsigmoid", k::hardsigmoid},
+      // Memory.
+      {"copy_", k::copy},
+      {"index_copy_", k::index_copy},
+      {"fill_", k::fill},
+      {"full", k::fill},
+      {"arange", k::arange},
+      {"contiguous", k::contiguous},
+      // Linear algebra, rows, transformer pieces.
+      {"matmul", k::matmul},
+      {"linear", k::linear},
+      {"softmax", k::softmax},
+      {"rms_norm", k::rms_norm},
+      {"layer_norm", k::layer_norm},
+      {"rope", k::rope},
+      {"embedding", k::embedding},
+      {"attention", k::attention},
+      {"argmax", k::argmax},
+      {"sample", k::sample},
+      // Fused (max-autotune).
+      {"silu_mul", k::silu_mul},
+      {"add_rms_norm", k::add_rms_norm},
+      {"fused_elementwise", k::fused_elementwise},
+  };
+  for (const Entry& e : kTable) r.set_kernel(e.op, DeviceType::cpu, e.kernel);
+}
+
+}  // namespace sinkgraph::detail
