@@ -62,6 +62,16 @@ class SG_API DataPtr {
   DataPtr& operator=(const DataPtr&) = delete;
   ~DataPtr();
 
+  // Note [Borrowed memory]
+  // Memory sinkgraph did not allocate (a torch tensor's, crossing from the
+  // Python front end without a copy): `owner` keeps it alive and is released
+  // when the last Storage viewing it dies. The caller promises the memory
+  // stays valid and unmoved while `owner` lives, and that no queued kernel
+  // still reads it when `owner` is released (the front end synchronizes its
+  // stream before it returns to Python). No pool, no stream bookkeeping.
+  static DataPtr borrow(void* ptr, std::size_t size, std::shared_ptr<void> owner);
+  [[nodiscard]] bool borrowed() const { return owner_ != nullptr; }
+
   [[nodiscard]] void* get() const { return ptr_; }
   [[nodiscard]] std::size_t size() const { return size_; }
   [[nodiscard]] MemPool* pool() const { return pool_.get(); }
@@ -74,6 +84,7 @@ class SG_API DataPtr {
   std::size_t size_ = 0;
   Block* block_ = nullptr;
   std::shared_ptr<MemPool> pool_;
+  std::shared_ptr<void> owner_;  // borrowed memory only
 };
 
 class SG_API MemPool : public std::enable_shared_from_this<MemPool> {

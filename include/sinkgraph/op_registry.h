@@ -97,6 +97,18 @@ struct OpTraits {
   int pointwise_fn = -1;
 };
 
+// Note [Kernel scalars]
+// A kernel's scalar slots are, by default, the schema's non-list scalars in
+// schema order (Note [Kernel ABI]; lists shape the output and never reach a
+// kernel). An operator whose kernel needs something else packs its own slots
+// with `kernel_scalars`, from the same arguments its shape function sees, and
+// returns how many it filled (at most kMaxScalarArgs): mean passes its `dims`
+// list as a bit mask; max_pool2d has nine scalars and its kernel reads eight
+// (ceil_mode only sizes the output). Such an operator has no updatable
+// argument (OpRegistry::add checks): a captured graph patches an updatable
+// scalar at its schema slot.
+using KernelScalarsFn = int (*)(const ShapeArgs& args, ScalarArg* slots);
+
 struct OpDef {
   OpSchema schema;
   OpTraits traits;
@@ -104,6 +116,7 @@ struct OpDef {
   ViewFn view_fn = nullptr;  // views only
   CompositeFn composite = nullptr;
   CompositeIntoFn composite_into = nullptr;  // composites that accept a placed output
+  KernelScalarsFn kernel_scalars = nullptr;  // Note [Kernel scalars]; null: the schema's
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };
 

@@ -61,6 +61,10 @@ SG_API Tensor narrow(const Tensor& x, std::int64_t dim, const SymInt& start, con
 SG_API Tensor view(const Tensor& x, const SymShape& shape);  // one dim may be -1
 SG_API Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1);
 SG_API Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
+// torch.expand: sizes align with x's trailing dims; -1 keeps a size; size-1
+// dims and new leading dims broadcast with stride 0 (read-only: never write
+// through the result).
+SG_API Tensor expand(const Tensor& x, const SymShape& shape);
 // A view when the layout allows it, else a contiguous copy (PyTorch semantics).
 SG_API Tensor reshape(const Tensor& x, const SymShape& shape);
 SG_API Tensor contiguous(const Tensor& x);
@@ -90,6 +94,32 @@ SG_API Tensor argmax(const Tensor& x);
 // advances, e.g. the position being sampled. temperature must be > 0.
 SG_API Tensor sample(const Tensor& logits, double temperature, std::int64_t seed,
                      const SymInt& offset);
+
+// torch.mean(x, dims, keepdim) over floating x: negative dims count from the
+// end, a repeated dim is an error, an empty list reduces every dim.
+SG_API Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
+
+// Vision operators (NCHW), as PyTorch's.
+// conv2d: x[N, C, H, W], w[O, C/groups, KH, KW], b[O] -> [N, O, Ho, Wo] with
+// Ho = floor((H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h) + 1 (Wo alike); f32.
+// `activation` is applied after the bias: -1 for none, else a unary function
+// index (src/kernels/fused_program.h, fused::UnaryFn: neg 0, exp 1, sqrt 2,
+// rsqrt 3, erf 4, relu 5, silu 6, gelu 7, tanh 8, sigmoid 9, hardswish 10,
+// hardsigmoid 11), bitwise that operator applied to the plain conv2d. Set by
+// max-autotune's fuse_conv_activation pass.
+SG_API Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::int64_t stride_h = 1,
+                     std::int64_t stride_w = 1, std::int64_t pad_h = 0, std::int64_t pad_w = 0,
+                     std::int64_t dil_h = 1, std::int64_t dil_w = 1, std::int64_t groups = 1,
+                     std::int64_t activation = -1);
+// Inference batch norm over dim 1 of x[N, C, ...]: x * alpha + beta with
+// alpha = weight / sqrt(var + eps), beta = bias - mean * alpha (PyTorch's form).
+SG_API Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,
+                         const Tensor& weight, const Tensor& bias, double eps);
+// x[N, C, H, W] or [C, H, W]; padding never wins (-inf); PyTorch's output
+// size, ceil_mode included; padding at most half the kernel.
+SG_API Tensor max_pool2d(const Tensor& x, std::int64_t kh, std::int64_t kw, std::int64_t sh,
+                         std::int64_t sw, std::int64_t ph = 0, std::int64_t pw = 0,
+                         std::int64_t dh = 1, std::int64_t dw = 1, bool ceil_mode = false);
 
 SG_API Tensor full(const SymShape& shape, double value, DType dtype = DType::f32);
 SG_API Tensor zeros(const SymShape& shape, DType dtype = DType::f32);

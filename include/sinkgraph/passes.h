@@ -27,8 +27,8 @@ struct Pass {
 };
 
 // dce, cse, constant_folding, remove_noop_ops, inplace_pass,
-// input_inplace_pass, remove_cat_ops, pattern_fusion_pass, fuse_elementwise
-// (in that order).
+// input_inplace_pass, remove_cat_ops, pattern_fusion_pass, fuse_elementwise,
+// fold_conv_batch_norm, fuse_conv_activation (in that order).
 SG_API const std::vector<Pass>& builtin_passes();
 // Throws sinkgraph::Error naming the unknown pass and listing the known ones.
 SG_API const Pass& find_pass(const std::string& name);

@@ -51,6 +51,12 @@ struct TraceOptions {
   std::function<NamedTensors()> parameters;
   // Names of the arguments (defaults: a0, a1, ...); sym inputs bind these names.
   std::vector<std::string> arg_names;
+  // Tensor arguments that are the model's parameters and buffers, passed in
+  // by the caller (the PyTorch front end passes them as AOTAutograd does):
+  // traced as `param` graph inputs bound to the call's argument, so captured
+  // graphs read them in place and key on their addresses (a replaced
+  // parameter re-captures, counted as recapture_due_to_parameter_change).
+  std::vector<int> param_args;
   // For each argument index, the dims that are dynamic (become symbols s0, s1, ...).
   std::map<int, std::vector<int>> dynamic_dims;
   Decompositions decompositions;
@@ -104,6 +110,9 @@ struct TracedGraph {
   std::unique_ptr<ir::Graph> graph;
   std::vector<Tensor> params;          // lifted tensors, in order of first use
   std::vector<InputBinding> bindings;  // one per graph input
+  // The example tensors of TraceOptions::param_args, by graph input name: the
+  // values frozen_parameter's constant folding reads.
+  std::map<std::string, Tensor> param_arg_examples;
   Guards guards;
   // Graph inputs for one call (args and params), in the graph's input order.
   [[nodiscard]] SG_API std::vector<ir::RtValue> graph_inputs(std::span<const Arg> args) const;

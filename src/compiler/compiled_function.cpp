@@ -106,8 +106,10 @@ std::string CompiledFunction::explain(bool with_device_graphs) const {
     const Entry& e = *entries_[i];
     out += "graph " + std::to_string(i) + ": traced because: " + e.reason + "\n";
     out += "  guards: " + e.traced.guards.str() + "\n";
-    out += "  inputs: " + std::to_string(e.traced.graph->inputs().size()) + " (" +
-           std::to_string(e.traced.params.size()) +
+    const auto& ins = e.traced.graph->inputs();
+    const auto params = std::count_if(
+        ins.begin(), ins.end(), [](const ir::Value* v) { return v->kind == ir::InputKind::param; });
+    out += "  inputs: " + std::to_string(ins.size()) + " (" + std::to_string(params) +
            " params), nodes: " + std::to_string(e.compiled->graph().nodes().size()) +
            ", calls: " + std::to_string(e.calls) + "\n";
     out += "  " + e.compiled->explain();

@@ -51,6 +51,8 @@ std::vector<std::string> GraphCompiler::pipeline() const {
   if (!config_.force_eager && config_.mode != Mode::eager) {
     out.emplace_back("dce");
     out.emplace_back("cse");
+    // Its rewritten weights are params only: constant folding evaluates them.
+    if (config_.mode == Mode::max_autotune) out.emplace_back("fold_conv_batch_norm");
     out.emplace_back("constant_folding");
     if (config_.remove_noop_ops) out.emplace_back("remove_noop_ops");
     out.emplace_back("dce");
@@ -58,6 +60,8 @@ std::vector<std::string> GraphCompiler::pipeline() const {
       // Fusion first: the in-place passes and memory planning then see the
       // fused kernels' buffers.
       if (config_.pattern_fusion_pass) out.emplace_back("pattern_fusion_pass");
+      // Before fuse_elementwise, which would take the activation otherwise.
+      out.emplace_back("fuse_conv_activation");
       out.emplace_back("fuse_elementwise");
       if (config_.remove_cat_ops) out.emplace_back("remove_cat_ops");
     }
@@ -96,6 +100,7 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
           traced.params[static_cast<std::size_t>(traced.bindings[i].index)];
     }
   }
+  for (const auto& [name, example] : traced.param_arg_examples) ctx.param_data[name] = example;
   manager.run(*traced.graph, ctx, config_.debug_save);
   // Passes may add param inputs (constant folding with frozen_parameter).
   for (std::size_t i = traced.bindings.size(); i < traced.graph->inputs().size(); ++i) {

@@ -62,6 +62,8 @@ void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_memory_ops(OpRegistry& registry);
 void register_fused_ops(OpRegistry& registry);
+void register_vision_ops(OpRegistry& registry);
+void register_reduce_ops(OpRegistry& registry);
 // Kernels of each backend (src/ops/backends/), registered after the operators.
 void register_cpu_kernels(OpRegistry& registry);
 void register_cuda_kernels(OpRegistry& registry);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <unordered_map>
@@ -37,6 +38,8 @@ OpRegistry::OpRegistry() {
   detail::register_shape_ops(*this);
   detail::register_memory_ops(*this);
   detail::register_fused_ops(*this);
+  detail::register_vision_ops(*this);
+  detail::register_reduce_ops(*this);
   // Then each backend's kernels (which backends: chosen in CMake).
   detail::register_cpu_kernels(*this);
   detail::register_cuda_kernels(*this);
@@ -57,6 +60,10 @@ void OpRegistry::add(OpDef def) {
   SG_CHECK(!s.by_name.contains(def.schema.name), "operator '", def.schema.name,
            "' is already registered");
   SG_ASSERT(def.shape_fn != nullptr, def.schema.name, " has no shape function");
+  SG_ASSERT(
+      def.kernel_scalars == nullptr || std::none_of(def.schema.args.begin(), def.schema.args.end(),
+                                                    [](const ArgSpec& a) { return a.updatable; }),
+      def.schema.name, " packs its own kernel scalars but has an updatable argument");
   const std::string name = def.schema.name;
   s.ops.push_back(std::move(def));
   s.by_name.emplace(name, &s.ops.back());
@@ -240,7 +247,15 @@ Tensor dispatch(const OpDef& op, std::span<const Tensor* const> tensors,
   for (std::size_t i = 0; i < tensors.size(); ++i) block.tensors[i] = tensors[i]->arg();
   block.num_tensors = static_cast<std::uint16_t>(tensors.size());
   if (fresh) block.tensors[block.num_tensors++] = result.arg();
-  for (const ScalarValue& s : scalars) {
+  // Note [Kernel scalars]: the schema's scalars, unless the operator packs its own.
+  std::span<const ScalarValue> schema_scalars = scalars;
+  if (op.kernel_scalars != nullptr) {
+    const int n = op.kernel_scalars(shape_args, block.scalars);
+    SG_ASSERT(n >= 0 && n <= kMaxScalarArgs, name, ": kernel_scalars filled ", n, " slots");
+    block.num_scalars = static_cast<std::uint16_t>(n);
+    schema_scalars = {};
+  }
+  for (const ScalarValue& s : schema_scalars) {
     ScalarArg slot{};
     if (const auto* i = std::get_if<SymInt>(&s)) {
       slot.i = i->value();

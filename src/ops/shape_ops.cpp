@@ -1,4 +1,4 @@
-// Views (slice, view, transpose, permute), reshape, contiguous and cat.
+// Views (slice, view, transpose, permute, expand), reshape, contiguous and cat.
 #include <numeric>
 
 #include "dispatch.h"
@@ -11,6 +11,7 @@ inline constexpr char kSlice[] = "slice";
 inline constexpr char kView[] = "view";
 inline constexpr char kTranspose[] = "transpose";
 inline constexpr char kPermute[] = "permute";
+inline constexpr char kExpand[] = "expand";
 inline constexpr char kContiguous[] = "contiguous";
 inline constexpr char kCat[] = "cat";
 
@@ -179,6 +180,69 @@ ViewResult transpose_view(const Shape& shape, const Strides& strides, std::int64
   return v;
 }
 
+// expand(x, shape), as torch.expand: the sizes align with x's trailing
+// dimensions; -1 keeps x's size; a size-1 dimension of x broadcasts to any
+// size (stride 0), as does every new leading dimension (which may not be -1);
+// any other size must equal x's. `broadcast[i]` says output dim i gets stride 0.
+SymShape expand_sizes(const TensorMeta& x, const std::vector<SymInt>& sizes,
+                      std::vector<bool>* broadcast = nullptr) {
+  const int rank = x.shape.size();
+  const int n = static_cast<int>(sizes.size());
+  const SymShape wanted{std::span(sizes)};
+  SG_CHECK(n >= rank, "expand: the number of sizes (", n, ", ", shape_str(wanted),
+           ") must be at least x's number of dimensions (", rank, ", x", shape_str(x.shape), ")");
+  SymShape out;
+  for (int i = 0; i < n; ++i) {
+    const SymInt& want = sizes[static_cast<std::size_t>(i)];
+    const auto w = want.maybe_value();
+    const int j = i - (n - rank);
+    bool zero_stride = false;
+    if (j < 0) {
+      SG_CHECK(!w || *w >= 0, "expand: size ", want.str(), " for the new leading dimension ", i,
+               " is not allowed (sizes ", shape_str(wanted), ", x", shape_str(x.shape),
+               "); -1 keeps an existing size only");
+      out.push_back(want);
+      zero_stride = true;
+    } else if (w && *w == -1) {
+      out.push_back(x.shape[j]);
+    } else {
+      SG_CHECK(!w || *w >= 0, "expand: size ", *w, " at dimension ", i, " is negative (sizes ",
+               shape_str(wanted), "); only -1 keeps a size");
+      const auto have = x.shape[j].maybe_value();
+      if (have && *have == 1 && !(w && *w == 1)) {
+        zero_stride = true;
+      } else {
+        SG_CHECK(want == x.shape[j], "expand: the expanded size ", want.str(),
+                 " must match the existing size ", x.shape[j].str(), " at non-singleton dimension ",
+                 i, " (sizes ", shape_str(wanted), ", x", shape_str(x.shape), ")");
+      }
+      out.push_back(want);
+    }
+    if (broadcast != nullptr) broadcast->push_back(zero_stride);
+  }
+  return out;
+}
+
+TensorMeta expand_shape(const ShapeArgs& args) {
+  TensorMeta out = args.tensors[0];
+  out.shape = expand_sizes(args.tensors[0], int_list(args, 0));
+  return out;
+}
+
+ViewResult expand_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                       const ShapeArgs& args) {
+  TensorMeta meta;
+  meta.shape = to_sym(shape);
+  std::vector<bool> broadcast;
+  const Shape out = to_concrete(expand_sizes(meta, int_list(args, 0), &broadcast));
+  ViewResult v{out, Strides::filled(out.size(), 0), offset};
+  const int lead = out.size() - shape.size();
+  for (int i = 0; i < out.size(); ++i) {
+    if (!broadcast[static_cast<std::size_t>(i)]) v.strides[i] = strides[i - lead];
+  }
+  return v;
+}
+
 TensorMeta identity_shape(const ShapeArgs& args) { return args.tensors[0]; }
 
 TensorMeta cat_shape(const ShapeArgs& args) {
@@ -257,6 +321,7 @@ void register_shape_ops(OpRegistry& r) {
   r.add(make_view(kTranspose, {x, {"dim0", ArgKind::integer}, {"dim1", ArgKind::integer}},
                   transpose_shape, transpose_view));
   r.add(make_view(kPermute, {x, {"dims", ArgKind::int_list}}, permute_shape, permute_view));
+  r.add(make_view(kExpand, {x, {"shape", ArgKind::int_list}}, expand_shape, expand_view));
   r.add(make_op(kContiguous, {x}, identity_shape));
   // cat runs as one copy per input into slices of its output.
   OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}},
@@ -298,6 +363,10 @@ Tensor transpose(const Tensor& x, std::int64_t dim0, std::int64_t dim1) {
 
 Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
   return call(op_def<detail::kPermute>(), {&x}, {std::vector<SymInt>(dims.begin(), dims.end())});
+}
+
+Tensor expand(const Tensor& x, const SymShape& shape) {
+  return call(op_def<detail::kExpand>(), {&x}, {std::vector<SymInt>(shape.begin(), shape.end())});
 }
 
 Tensor contiguous(const Tensor& x) {

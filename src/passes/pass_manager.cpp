@@ -18,6 +18,8 @@ const std::vector<Pass>& builtin_passes() {
       {"remove_cat_ops", remove_cat_ops},
       {"pattern_fusion_pass", pattern_fusion},
       {"fuse_elementwise", fuse_elementwise},
+      {"fold_conv_batch_norm", fold_conv_batch_norm},
+      {"fuse_conv_activation", fuse_conv_activation},
   };
   return passes;
 }

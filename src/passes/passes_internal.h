@@ -23,6 +23,9 @@ void remove_cat_ops(ir::Graph& graph, PassContext& ctx);
 // max-autotune's fusion passes (docs/architecture.md, "max-autotune passes: fusion").
 void pattern_fusion(ir::Graph& graph, PassContext& ctx);
 void fuse_elementwise(ir::Graph& graph, PassContext& ctx);
+// max-autotune's convolution passes (docs/architecture.md, "max-autotune passes: convolutions").
+void fold_conv_batch_norm(ir::Graph& graph, PassContext& ctx);
+void fuse_conv_activation(ir::Graph& graph, PassContext& ctx);
 
 namespace detail {
 

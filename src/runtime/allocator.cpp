@@ -63,7 +63,8 @@ DataPtr::DataPtr(DataPtr&& other) noexcept
     : ptr_(std::exchange(other.ptr_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       block_(std::exchange(other.block_, nullptr)),
-      pool_(std::move(other.pool_)) {}
+      pool_(std::move(other.pool_)),
+      owner_(std::move(other.owner_)) {}
 
 DataPtr& DataPtr::operator=(DataPtr&& other) noexcept {
   if (this != &other) {
@@ -72,8 +73,18 @@ DataPtr& DataPtr::operator=(DataPtr&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     block_ = std::exchange(other.block_, nullptr);
     pool_ = std::move(other.pool_);
+    owner_ = std::move(other.owner_);
   }
   return *this;
+}
+
+DataPtr DataPtr::borrow(void* ptr, std::size_t size, std::shared_ptr<void> owner) {
+  SG_CHECK(owner != nullptr, "DataPtr::borrow: borrowed memory needs an owner");
+  DataPtr out;
+  out.ptr_ = ptr;
+  out.size_ = size;
+  out.owner_ = std::move(owner);
+  return out;
 }
 
 DataPtr::~DataPtr() {
@@ -81,6 +92,7 @@ DataPtr::~DataPtr() {
 }
 
 void DataPtr::record_stream(Stream& stream) {
+  if (owner_ != nullptr) return;  // Note [Borrowed memory]
   SG_CHECK(block_ != nullptr, "record_stream on an empty allocation");
   pool_->record_stream(block_, stream);
 }

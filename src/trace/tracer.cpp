@@ -242,8 +242,12 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
         out.guards.args.push_back(guard);
         continue;
       }
-      ir::Value* v = out.graph->add_input(name, meta, ir::InputKind::input);
+      const bool is_param = std::find(options.param_args.begin(), options.param_args.end(),
+                                      static_cast<int>(i)) != options.param_args.end();
+      ir::Value* v =
+          out.graph->add_input(name, meta, is_param ? ir::InputKind::param : ir::InputKind::input);
       out.bindings.push_back({InputBinding::Source::arg, static_cast<int>(i)});
+      if (is_param) out.param_arg_examples.emplace(name, *t);
       traced_args.emplace_back(tracer.make_traced(v, guard.contiguous));
     } else if (const auto* s = std::get_if<SymInt>(&example_args[i])) {
       SG_CHECK(!s->is_symbolic(), "trace: argument ", i, " (", name, ") must be a concrete SymInt");

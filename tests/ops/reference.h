@@ -347,6 +347,154 @@ std::vector<T> cat(const std::vector<std::vector<T>>& xs, const std::vector<Dims
   return out;
 }
 
+// conv2d over contiguous x[N, C, H, W], w[O, C/groups, KH, KW], b[O]: the
+// seven loops, in double; `act` (when set) after the bias.
+struct Conv2dArgs {
+  std::int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
+};
+inline Dims conv2d_shape(const Dims& xs, const Dims& ws, const Conv2dArgs& a) {
+  return {xs[0], ws[0], (xs[2] + 2 * a.ph - a.dh * (ws[2] - 1) - 1) / a.sh + 1,
+          (xs[3] + 2 * a.pw - a.dw * (ws[3] - 1) - 1) / a.sw + 1};
+}
+inline std::vector<float> conv2d(const std::vector<float>& x, const Dims& xs,
+                                 const std::vector<float>& w, const Dims& ws,
+                                 const std::vector<float>& b, const Conv2dArgs& a,
+                                 const std::function<double(double)>& act = {}) {
+  const Dims os = conv2d_shape(xs, ws, a);
+  const std::int64_t cg = ws[1], og = ws[0] / a.groups;
+  std::vector<float> out(static_cast<std::size_t>(numel(os)));
+  const auto at = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  for (std::int64_t n = 0; n < os[0]; ++n) {
+    for (std::int64_t o = 0; o < os[1]; ++o) {
+      const std::int64_t g = o / og;
+      for (std::int64_t oh = 0; oh < os[2]; ++oh) {
+        for (std::int64_t ow = 0; ow < os[3]; ++ow) {
+          double acc = 0.0;
+          for (std::int64_t c = 0; c < cg; ++c) {
+            for (std::int64_t i = 0; i < ws[2]; ++i) {
+              for (std::int64_t j = 0; j < ws[3]; ++j) {
+                const std::int64_t ih = oh * a.sh - a.ph + i * a.dh;
+                const std::int64_t iw = ow * a.sw - a.pw + j * a.dw;
+                if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+                const std::int64_t ic = g * cg + c;
+                acc += double(x[at(((n * xs[1] + ic) * xs[2] + ih) * xs[3] + iw)]) *
+                       double(w[at(((o * cg + c) * ws[2] + i) * ws[3] + j)]);
+              }
+            }
+          }
+          acc += double(b[at(o)]);
+          if (act) acc = act(acc);
+          out[at(((n * os[1] + o) * os[2] + oh) * os[3] + ow)] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+inline double relu(double x) { return x > 0.0 ? x : 0.0; }
+inline double hardswish(double x) { return x * std::min(std::max(x + 3.0, 0.0), 6.0) / 6.0; }
+
+// Inference batch norm over dim 1 of contiguous x[N, C, ...], in double:
+// (x - mean) / sqrt(var + eps) * weight + bias.
+inline std::vector<float> batch_norm(const std::vector<float>& x, const Dims& xs,
+                                     const std::vector<float>& mean, const std::vector<float>& var,
+                                     const std::vector<float>& w, const std::vector<float>& b,
+                                     double eps) {
+  std::int64_t inner = 1;
+  for (std::size_t i = 2; i < xs.size(); ++i) inner *= xs[i];
+  std::vector<float> out(x.size());
+  for (std::size_t f = 0; f < x.size(); ++f) {
+    const auto c = static_cast<std::size_t>((static_cast<std::int64_t>(f) / inner) % xs[1]);
+    out[f] = static_cast<float>(
+        (double(x[f]) - mean[c]) / std::sqrt(double(var[c]) + eps) * double(w[c]) + double(b[c]));
+  }
+  return out;
+}
+
+// PyTorch's pooling output size (pooling_output_shape).
+inline std::int64_t pool_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p,
+                              std::int64_t d, bool ceil_mode) {
+  const std::int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  std::int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+// max_pool2d over contiguous x[..., H, W] (planes = the leading dims):
+// positions outside the input never count; a NaN in a window wins.
+struct Pool2dArgs {
+  std::int64_t kh, kw, sh, sw, ph = 0, pw = 0, dh = 1, dw = 1;
+  bool ceil_mode = false;
+};
+inline Dims max_pool2d_shape(const Dims& xs, const Pool2dArgs& a) {
+  Dims os = xs;
+  const std::size_t n = xs.size();
+  os[n - 2] = pool_size(xs[n - 2], a.kh, a.sh, a.ph, a.dh, a.ceil_mode);
+  os[n - 1] = pool_size(xs[n - 1], a.kw, a.sw, a.pw, a.dw, a.ceil_mode);
+  return os;
+}
+inline std::vector<float> max_pool2d(const std::vector<float>& x, const Dims& xs,
+                                     const Pool2dArgs& a) {
+  const Dims os = max_pool2d_shape(xs, a);
+  const std::size_t n = xs.size();
+  const std::int64_t h = xs[n - 2], w = xs[n - 1], oh = os[n - 2], ow = os[n - 1];
+  const std::int64_t planes = numel(xs) / (h * w);
+  std::vector<float> out(static_cast<std::size_t>(planes * oh * ow));
+  for (std::int64_t p = 0; p < planes; ++p) {
+    for (std::int64_t i = 0; i < oh; ++i) {
+      for (std::int64_t j = 0; j < ow; ++j) {
+        double best = -std::numeric_limits<double>::infinity();
+        bool nan = false;
+        for (std::int64_t u = 0; u < a.kh; ++u) {
+          for (std::int64_t v = 0; v < a.kw; ++v) {
+            const std::int64_t ih = i * a.sh - a.ph + u * a.dh;
+            const std::int64_t iw = j * a.sw - a.pw + v * a.dw;
+            if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+            const double e = x[static_cast<std::size_t>((p * h + ih) * w + iw)];
+            nan = nan || std::isnan(e);
+            best = std::max(best, e);
+          }
+        }
+        out[static_cast<std::size_t>((p * oh + i) * ow + j)] =
+            nan ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(best);
+      }
+    }
+  }
+  return out;
+}
+
+// Mean of contiguous x over the dims marked in `reduced` (one flag per dim),
+// in double; the result in row-major order of the kept dims.
+inline std::vector<float> mean(const std::vector<float>& x, const Dims& xs,
+                               const std::vector<bool>& reduced) {
+  Dims os;
+  for (std::size_t d = 0; d < xs.size(); ++d) os.push_back(reduced[d] ? 1 : xs[d]);
+  std::vector<double> sum(static_cast<std::size_t>(numel(os)), 0.0);
+  for (std::size_t f = 0; f < x.size(); ++f) {
+    Dims idx = unravel(static_cast<std::int64_t>(f), xs);
+    for (std::size_t d = 0; d < xs.size(); ++d) {
+      if (reduced[d]) idx[d] = 0;
+    }
+    sum[static_cast<std::size_t>(locate(idx, row_major(os), 0))] += x[f];
+  }
+  std::int64_t count = 1;
+  for (std::size_t d = 0; d < xs.size(); ++d) count *= reduced[d] ? xs[d] : 1;
+  std::vector<float> out(sum.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) out[i] = static_cast<float>(sum[i] / double(count));
+  return out;
+}
+
+// x (contiguous, shape xs) broadcast to `shape` (torch.expand with concrete sizes).
+inline std::vector<float> expand(const std::vector<float>& x, const Dims& xs, const Dims& shape) {
+  std::vector<float> out(static_cast<std::size_t>(numel(shape)));
+  for (std::size_t f = 0; f < out.size(); ++f) {
+    out[f] = x[static_cast<std::size_t>(
+        broadcast_index(unravel(static_cast<std::int64_t>(f), shape), xs))];
+  }
+  return out;
+}
+
 }  // namespace sgtest::ref
 
 namespace sgtest {

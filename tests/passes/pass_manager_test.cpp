@@ -39,7 +39,8 @@ TEST(passes_pass_manager, BuiltinPassesInOrder) {
   for (const auto& p : passes::builtin_passes()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "constant_folding", "remove_noop_ops",
                                              "inplace_pass", "input_inplace_pass", "remove_cat_ops",
-                                             "pattern_fusion_pass", "fuse_elementwise"}));
+                                             "pattern_fusion_pass", "fuse_elementwise",
+                                             "fold_conv_batch_norm", "fuse_conv_activation"}));
   for (const auto& name : names) EXPECT_EQ(passes::find_pass(name).name, name);
 }
 
@@ -51,7 +52,8 @@ TEST(passes_pass_manager, UnknownPassListsTheKnownOnes) {
     EXPECT_STREQ(e.what(),
                  "unknown pass 'fuse_everything'; known passes: dce, cse, constant_folding, "
                  "remove_noop_ops, inplace_pass, input_inplace_pass, remove_cat_ops, "
-                 "pattern_fusion_pass, fuse_elementwise");
+                 "pattern_fusion_pass, fuse_elementwise, fold_conv_batch_norm, "
+                 "fuse_conv_activation");
   }
 }
 

@@ -51,6 +51,17 @@ void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, the
 void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
 
+// Vision (NCHW): conv2d (x, w, b, out); (stride_h, stride_w, pad_h, pad_w,
+// dil_h, dil_w, groups, activation: i). batch_norm (x, mean, var, weight,
+// bias, out); (eps: f). max_pool2d (x, out); (kh, kw, sh, sw, ph, pw, dh, dw:
+// i) (Note [Kernel scalars]: its ceil_mode never reaches the kernel).
+void conv2d(const ArgBlock& args, KernelContext& ctx);
+void batch_norm(const ArgBlock& args, KernelContext& ctx);
+void max_pool2d(const ArgBlock& args, KernelContext& ctx);
+
+// Reductions: mean (x, out); (mask of reduced dims: i, keepdim: i) (Note [Kernel scalars]).
+void mean(const ArgBlock& args, KernelContext& ctx);
+
 // Fused (max-autotune): silu_mul (a, b, out); fused_elementwise (inputs..., out)
 // with its program in the scalar slots (Note [Fused elementwise programs]);
 // add_rms_norm (x, r, w, out[2, ...]); (eps: f).

@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include "blas.h"
 #include "common.h"
 #include "kernels.h"
 #include "vec.h"
@@ -10,13 +11,6 @@
 namespace sinkgraph::kernels::cpu {
 
 namespace {
-
-// OpenBLAS's thread count is process-wide; follow the intra-op setting.
-void sync_blas_threads(int threads) {
-  static std::atomic<int> current{0};
-  if (current.exchange(threads, std::memory_order_relaxed) != threads)
-    openblas_set_num_threads(threads);
-}
 
 // A 2-D f32 matrix in BLAS terms: row-major with leading dimension `ld`,
 // transposed when the column stride is not 1.
@@ -51,6 +45,15 @@ Mat describe(const TensorArg& t, std::int64_t offset, std::vector<float>& scratc
   return {scratch.data(), rows, cols, std::max<std::int64_t>(cols, 1), false};
 }
 
+}  // namespace
+
+// OpenBLAS's thread count is process-wide; follow the intra-op setting.
+void sync_blas_threads(int threads) {
+  static std::atomic<int> current{0};
+  if (current.exchange(threads, std::memory_order_relaxed) != threads)
+    openblas_set_num_threads(threads);
+}
+
 // Note [OpenBLAS is not reentrant]
 // Debian's serial OpenBLAS (0.3.21, built SINGLE_THREADED without
 // USE_LOCKING) keeps its packing buffers in a process-wide table with no
@@ -65,6 +68,8 @@ std::mutex& blas_mutex() {
   static std::mutex mutex;
   return mutex;
 }
+
+namespace {
 
 // out[M, N] = a[M, K] @ b[K, N], all f32 descriptions; out row-major with ld.
 void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {

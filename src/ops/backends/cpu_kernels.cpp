@@ -51,6 +51,11 @@ void register_cpu_kernels(OpRegistry& r) {
       {"attention", k::attention},
       {"argmax", k::argmax},
       {"sample", k::sample},
+      // Vision and reductions.
+      {"conv2d", k::conv2d},
+      {"batch_norm", k::batch_norm},
+      {"max_pool2d", k::max_pool2d},
+      {"mean", k::mean},
       // Fused (max-autotune).
       {"silu_mul", k::silu_mul},
       {"add_rms_norm", k::add_rms_norm},

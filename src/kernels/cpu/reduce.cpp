@@ -1,0 +1,84 @@
+// Reductions: mean over a set of dimensions.
+#include <vector>
+
+#include "common.h"
+#include "kernels.h"
+
+namespace sinkgraph::kernels::cpu {
+
+// tensors (x, out); scalars (mask: i, keepdim: i) (Note [Kernel scalars]):
+// bit d of mask set when x's dimension d is reduced. Sums in double, divides
+// by the count, rounds once to the output dtype; an empty reduction is 0/0,
+// NaN, as in PyTorch.
+void mean(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& out = args.tensors[1];
+  const auto mask = static_cast<std::uint64_t>(args.scalars[0].i);
+  const bool keepdim = args.scalars[1].i != 0;
+  // Kept dims (with their output strides) and reduced dims, in x's order.
+  std::int64_t kept_sizes[kMaxDims] = {}, kept_x[kMaxDims] = {}, kept_out[kMaxDims] = {};
+  std::int64_t red_sizes[kMaxDims] = {}, red_x[kMaxDims] = {};
+  int nkept = 0, nred = 0, od = 0;
+  std::int64_t count = 1;
+  for (int d = 0; d < x.ndim; ++d) {
+    if ((mask >> d) & 1U) {
+      // Adjacent reduced dims that step as one merge: a longer inner loop.
+      if (nred > 0 && red_x[nred - 1] == x.strides[d] * x.sizes[d]) {
+        red_sizes[nred - 1] *= x.sizes[d];
+        red_x[nred - 1] = x.strides[d];
+      } else {
+        red_sizes[nred] = x.sizes[d];
+        red_x[nred++] = x.strides[d];
+      }
+      count *= x.sizes[d];
+      if (keepdim) ++od;
+    } else {
+      kept_sizes[nkept] = x.sizes[d];
+      kept_x[nkept] = x.strides[d];
+      kept_out[nkept++] = out.strides[od++];
+    }
+  }
+  std::int64_t outputs = 1;
+  for (int i = 0; i < nkept; ++i) outputs *= kept_sizes[i];
+  std::int64_t inner_total = 1;
+  for (int i = 0; i < nred; ++i) inner_total *= red_sizes[i];
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data) + x.offset;
+    T* po = static_cast<T*>(out.data) + out.offset;
+    const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1));
+    parallel_for(ctx.num_threads(), outputs, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t flat = begin; flat < end; ++flat) {
+        std::int64_t xo = 0, oo = 0;
+        for (std::int64_t i = nkept - 1, f = flat; i >= 0; --i) {
+          const std::int64_t idx = f % kept_sizes[i];
+          f /= kept_sizes[i];
+          xo += idx * kept_x[i];
+          oo += idx * kept_out[i];
+        }
+        double acc = 0.0;
+        if (nred == 0) {
+          acc = load(px + xo);
+        } else {
+          // Odometer over the reduced dims; the last one is the inner loop.
+          const std::int64_t last = red_sizes[nred - 1];
+          const std::int64_t step = red_x[nred - 1];
+          std::int64_t index[kMaxDims] = {};
+          std::int64_t off = xo;
+          for (std::int64_t r = 0; r < inner_total / std::max<std::int64_t>(last, 1); ++r) {
+            const T* p = px + off;
+            for (std::int64_t i = 0; i < last; ++i) acc += static_cast<double>(load(p + i * step));
+            for (int d = nred - 2; d >= 0; --d) {
+              off += red_x[d];
+              if (++index[d] < red_sizes[d]) break;
+              off -= red_x[d] * red_sizes[d];
+              index[d] = 0;
+            }
+          }
+        }
+        store(po + oo, static_cast<float>(acc / static_cast<double>(count)));
+      }
+    });
+  });
+}
+
+}  // namespace sinkgraph::kernels::cpu
