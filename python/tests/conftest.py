@@ -1,0 +1,22 @@
+"""Shared pytest fixtures: one compute thread, fixed seeds, the three modes."""
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+MODES = ["eager", "reduce-overhead", "max-autotune"]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def make_backend(mode, **options):
+    import sinkgraph
+    config = sinkgraph.CompilerConfig()
+    config.mode = mode
+    for k, v in options.items():
+        setattr(config, k, v)
+    return sinkgraph.get_backend(compiler_config=config)
