@@ -17,6 +17,7 @@ the new address (recapture_due_to_parameter_change), or, under
 frozen_parameter, the call raises: the graph folded the old values.
 """
 
+import operator
 import warnings
 
 import torch
@@ -31,6 +32,7 @@ try:
 except ImportError:
     from torch.nn.utils.stateless import functional_call as _functional_call
 
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 _PLAIN = (bool, int, float, str, type(None))
 _MISSING = object()
 
@@ -44,11 +46,19 @@ def _plain_value(v):
 
 
 def _attribute_guards(model):
+    """Per module: (its __dict__, a getter of the guarded names, their values, names).
+
+    Checked on every call, so built for speed: one C-level itemgetter and one
+    tuple comparison per module."""
     out = []
     for mod in model.modules():
-        for name, value in vars(mod).items():
-            if _plain_value(value):
-                out.append((mod, name, type(value), value))
+        names = tuple(n for n, v in vars(mod).items() if _plain_value(v))
+        if not names:
+            continue
+        getter = operator.itemgetter(*names) if len(names) > 1 else \
+            (lambda d, n=names[0]: (d[n],))
+        d = vars(mod)
+        out.append((mod, d, getter, getter(d), names))
     return out
 
 
@@ -87,13 +97,21 @@ class _Entry:
         self.forwards = forwards
         self.reason = reason
         self.calls = 0
+        self.direct = None  # the compiled forward, called without AOTAutograd's wrapper
 
     def attrs_hold(self):
-        for mod, name, typ, value in self.attrs:
-            v = mod.__dict__.get(name, _MISSING)
-            if type(v) is not typ or v != value:
-                return f"attribute {type(mod).__name__}.{name} changed: {value!r} -> " + (
-                    "deleted" if v is _MISSING else repr(v))
+        for mod, d, getter, values, names in self.attrs:
+            try:
+                now = getter(d)
+            except KeyError:
+                now = None
+            if now != values or now is None:
+                for i, name in enumerate(names):
+                    v = d.get(name, _MISSING)
+                    if v is _MISSING or v != values[i]:
+                        return f"attribute {type(mod).__name__}.{name} changed: " \
+                               f"{values[i]!r} -> {'deleted' if v is _MISSING else repr(v)}"
+                return f"attributes of {type(mod).__name__} changed"
         return None
 
 
@@ -245,10 +263,18 @@ class CompiledModule:
 
     def _run(self, entry, args, params):
         flat = list(params) + [args[i] for i in entry.positions]
+        if entry.direct is not None:
+            return tree_unflatten(entry.direct(flat), entry.spec)
         out = entry.compiled(*flat)
         if entry.forwards is None:
             # The backend compiles the ATen graph on the first call (AOTAutograd).
             entry.forwards = self._backend.compiled[entry.first_forward:]
+            # torch 1.13's AOTAutograd runs an inference graph by calling the
+            # compiled forward with the flat arguments and nothing else
+            # (aot_dispatch_base): later calls go straight to it. torch 2.x
+            # adds runtime wrappers (input mutations, aliased outputs): kept.
+            if not _TORCH2 and len(entry.forwards) == 1:
+                entry.direct = entry.forwards[0]
         return tree_unflatten(list(out), entry.spec)
 
     # ---- reports -------------------------------------------------------------------------
