@@ -85,6 +85,14 @@ SG_API Tensor fill_(const Tensor& dst, double value);
 SG_API Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len,
                         double scale = 0.0);
 
+// Multi-head attention without a mask (an encoder's self or cross
+// attention): q[B, L, E], k and v [B, S, E], `heads` heads of E / heads
+// columns each; every query sees every key. Returns [B, L, E]:
+// softmax(q_h k_h^T * scale) v_h per head. Rows may be strided (slices of
+// one fused q/k/v projection).
+SG_API Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                   double scale);
+
 // Index of the maximum over the last dimension (first on ties), as i64.
 SG_API Tensor argmax(const Tensor& x);
 // A draw from softmax(logits / temperature) over the last dimension, as i64.

@@ -497,6 +497,12 @@ def _attention(q, k, v, num_heads, mask=None, need_weights=False, average=True):
     bsz, L, E = q.shape
     S = k.shape[1]
     d = E // num_heads
+    if mask is not None:
+        raise Unsupported("attention with a mask")
+    if not need_weights:
+        # One kernel over the strided slices: no head permutes, no batched
+        # products (the `sdpa` operator).
+        return sg_op("sdpa", [q, k, v], num_heads, 1.0 / math.sqrt(d)), None
 
     def heads(t, n):
         return contiguous(sg_op("permute", [view(t, [bsz, n, num_heads, d])], [0, 2, 1, 3]))
@@ -508,8 +514,6 @@ def _attention(q, k, v, num_heads, mask=None, need_weights=False, average=True):
     kt = contiguous(transpose(view(kh, [bsz * num_heads, S, d]), 1, 2))  # [BH, d, S]
     vh = view(vh, [bsz * num_heads, S, d])
     scores = sg_op("mul_scalar", [sg_op("matmul", [qh, kt])], 1.0 / math.sqrt(d))
-    if mask is not None:
-        raise Unsupported("attention with a mask")
     attn = sg_op("softmax", [scores])  # [BH, L, S]
     out = sg_op("matmul", [attn, vh])  # [BH, L, d]
     out = sg_op("permute", [view(out, [bsz, num_heads, L, d])], [0, 2, 1, 3])
@@ -539,8 +543,9 @@ def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pr
     if query.ndim != 3:
         raise Unsupported("unbatched multi-head attention")
     q, k, v = _in_projection(query, key, value, qkv_weight, qkv_bias, embed_dim)
-    out, weights = _attention(contiguous(q), contiguous(k), contiguous(v), num_head, mask,
-                              need_weights, average_attn_weights)
+    if need_weights:
+        q, k, v = contiguous(q), contiguous(k), contiguous(v)
+    out, weights = _attention(q, k, v, num_head, mask, need_weights, average_attn_weights)
     return (_linear_bias(out, proj_weight, proj_bias), weights)
 
 
@@ -558,7 +563,7 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
 
     def self_attention(t):
         q, k, v = _in_projection(t, t, t, qkv_weight, qkv_bias, embed_dim)
-        out, _ = _attention(contiguous(q), contiguous(k), contiguous(v), num_heads, mask)
+        out, _ = _attention(q, k, v, num_heads, mask)
         return _linear_bias(out, proj_weight, proj_bias)
 
     def feed_forward(t):

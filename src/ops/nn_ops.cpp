@@ -15,11 +15,11 @@ inline constexpr char kLayerNorm[] = "layer_norm";
 inline constexpr char kRope[] = "rope";
 inline constexpr char kEmbedding[] = "embedding";
 inline constexpr char kAttention[] = "attention";
+inline constexpr char kSdpa[] = "sdpa";
 inline constexpr char kArgmax[] = "argmax";
 inline constexpr char kSample[] = "sample";
 
 namespace {
-
 
 TensorMeta matmul_shape(const ShapeArgs& args) {
   const TensorMeta& a = args.tensors[0];
@@ -133,6 +133,28 @@ TensorMeta attention_shape(const ShapeArgs& args) {
   return q;
 }
 
+TensorMeta sdpa_shape(const ShapeArgs& args) {
+  const TensorMeta& q = args.tensors[0];
+  const TensorMeta& k = args.tensors[1];
+  const TensorMeta& v = args.tensors[2];
+  check_floating(q, kSdpa, "q");
+  check_same_dtype(q, k, kSdpa, "q", "k");
+  check_same_dtype(q, v, kSdpa, "q", "v");
+  check_rank(q, 3, kSdpa, "q");
+  check_rank(k, 3, kSdpa, "k");
+  check_rank(v, 3, kSdpa, "v");
+  SG_CHECK(k.shape == v.shape, "sdpa: k", shape_str(k.shape), " and v", shape_str(v.shape),
+           " must have the same shape [B, S, E]");
+  SG_CHECK(q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], "sdpa: q", shape_str(q.shape),
+           " and k", shape_str(k.shape), " must agree on the batch and the embedding [B, *, E]");
+  const std::int64_t heads = args.integer(0);
+  const auto e = q.shape[2].maybe_value();
+  SG_CHECK(heads > 0 && (!e || *e % heads == 0), "sdpa: ", heads,
+           " heads do not divide the embedding of q", shape_str(q.shape));
+  SG_CHECK(!(k.shape[1] == SymInt(0)), "sdpa: no keys (k", shape_str(k.shape), ")");
+  return q;
+}
+
 TensorMeta argmax_shape(const ShapeArgs& args) {
   const TensorMeta& x = args.tensors[0];
   SG_CHECK(x.dtype != DType::boolean, "argmax: bool input is not supported");
@@ -182,6 +204,8 @@ void register_nn_ops(OpRegistry& r) {
                  {"seq_len", ArgKind::integer, /*updatable=*/true},
                  {"scale", ArgKind::real}},
                 attention_shape));
+  r.add(make_op(kSdpa, {{"q"}, {"k"}, {"v"}, {"heads", ArgKind::integer}, {"scale", ArgKind::real}},
+                sdpa_shape));
   r.add(make_op(kArgmax, {x}, argmax_shape));
   r.add(make_op(kSample,
                 {{"logits"},
@@ -222,6 +246,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt
                  double scale) {
   if (scale <= 0.0 && q.ndim() == 3) scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   return call(op_def<detail::kAttention>(), {&q, &k, &v}, {seq_len, scale});
+}
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, double scale) {
+  return call(op_def<detail::kSdpa>(), {&q, &k, &v}, {SymInt(heads), scale});
 }
 Tensor argmax(const Tensor& x) { return call(op_def<detail::kArgmax>(), {&x}); }
 Tensor sample(const Tensor& logits, double temperature, std::int64_t seed, const SymInt& offset) {

@@ -7,6 +7,7 @@
 
 #include "kernels/counter_rng.h"  // internal: the tests build with src/ on the include path
 #include "ops/reference.h"
+#include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/tensor.h"
 
@@ -452,6 +453,66 @@ TEST(ops_sample, counter_uniform_is_splitmix64) {
     sum += u;
   }
   EXPECT_NEAR(sum / 10000, 0.5, 0.01);  // 0.5 +- 3.5 sigma (sigma = 0.0029)
+}
+
+}  // namespace
+
+namespace {
+
+// sdpa against a double-precision reference, with q, k and v as column
+// slices of one fused projection (strided rows), two batches, several heads.
+TEST(ops_nn, sdpa_matches_the_reference_on_strided_slices) {
+  const std::int64_t b = 2, l = 5, s = 7, e = 12, heads = 3, d = e / heads;
+  std::mt19937 rng(31);
+  const auto qkv_q = sgtest::random_floats(rng, b * l * 3 * e, -1, 1);
+  const auto kv = sgtest::random_floats(rng, b * s * 3 * e, -1, 1);
+  const Tensor fq = make(qkv_q, {b, l, 3 * e});
+  const Tensor fkv = make(kv, {b, s, 3 * e});
+  const Tensor q = ops::slice(fq, 2, 0, e, 1);
+  const Tensor k = ops::slice(fkv, 2, e, 2 * e, 1);
+  const Tensor v = ops::slice(fkv, 2, 2 * e, 3 * e, 1);
+  const double scale = 0.37;
+  const Tensor out = ops::sdpa(q, k, v, heads, scale);
+  ASSERT_EQ(sgtest::dims_of(out), (Dims{b, l, e}));
+  std::vector<float> want(static_cast<std::size_t>(b * l * e));
+  for (std::int64_t bi = 0; bi < b; ++bi) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < l; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(s));
+        double mx = -1e300, sum = 0;
+        for (std::int64_t j = 0; j < s; ++j) {
+          double dot = 0;
+          for (std::int64_t c = 0; c < d; ++c) {
+            dot += static_cast<double>(qkv_q[(bi * l + i) * 3 * e + h * d + c]) *
+                   kv[(bi * s + j) * 3 * e + e + h * d + c];
+          }
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (auto& x : p) sum += (x = std::exp(x - mx));
+        for (std::int64_t c = 0; c < d; ++c) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < s; ++j)
+            acc += p[j] / sum * kv[(bi * s + j) * 3 * e + 2 * e + h * d + c];
+          want[(bi * l + i) * e + h * d + c] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(all_close(out.to_floats(), want, 1e-5, 1e-6));
+}
+
+TEST(ops_nn, sdpa_errors_name_the_operator_and_shapes) {
+  const Tensor q = Tensor::empty({1, 2, 6}, DType::f32);
+  const Tensor k = Tensor::empty({1, 3, 6}, DType::f32);
+  const Tensor v4 = Tensor::empty({1, 3, 4}, DType::f32);
+  EXPECT_THROW(ops::sdpa(q, k, k, 4, 1.0), sinkgraph::Error);  // 4 heads do not divide 6
+  EXPECT_THROW(ops::sdpa(q, k, v4, 2, 1.0), sinkgraph::Error);
+  try {
+    (void)ops::sdpa(q, k, k, 4, 1.0);
+  } catch (const sinkgraph::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("sdpa: 4 heads"), std::string::npos) << err.what();
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "common.h"
 #include "kernels.h"
@@ -227,6 +229,74 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
         for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c] * inv);
       }
     });
+  });
+}
+
+// Multi-head attention without a mask over [B, L, E] rows (the encoder
+// case: every query sees every key). One task per (batch, head, query row):
+// the scores q.k * scale, a max-subtracted softmax normalized before the
+// weighted sum (as softmax then matmul computes it), all in f32. Rows may
+// have any strides (q, k and v are slices of one fused projection).
+void sdpa(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& q = args.tensors[0];
+  const TensorArg& k = args.tensors[1];
+  const TensorArg& v = args.tensors[2];
+  const TensorArg& o = args.tensors[3];
+  const std::int64_t heads = args.scalars[0].i;
+  const auto scale = static_cast<float>(args.scalars[1].f);
+  const std::int64_t batch = q.sizes[0], len = q.sizes[1], e = q.sizes[2];
+  const std::int64_t src = k.sizes[1], d = e / heads;
+  dispatch_float(q.dtype, [&]<typename T>() {
+    const T* pq = static_cast<const T*>(q.data) + q.offset;
+    const T* pk = static_cast<const T*>(k.data) + k.offset;
+    const T* pv = static_cast<const T*>(v.data) + v.offset;
+    T* po = static_cast<T*>(o.data) + o.offset;
+    const bool rows_f32 = std::is_same_v<T, float> && q.strides[2] == 1 && k.strides[2] == 1;
+    parallel_for(
+        ctx.num_threads(), batch * heads * len, 8, [&](std::int64_t begin, std::int64_t end) {
+          thread_local std::vector<float> scratch;
+          scratch.resize(static_cast<std::size_t>(src + 2 * d));
+          float* scores = scratch.data();
+          float* qf = scores + src;
+          float* acc = qf + d;
+          for (std::int64_t task = begin; task < end; ++task) {
+            const std::int64_t i = task % len;
+            const std::int64_t h = (task / len) % heads;
+            const std::int64_t b = task / (len * heads);
+            const T* qrow = pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
+            const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
+            const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
+            float mx = -std::numeric_limits<float>::infinity();
+            for (std::int64_t j = 0; j < src; ++j) {
+              const T* krow = kbase + j * k.strides[1];
+              float dot = 0.0F;
+              if constexpr (std::is_same_v<T, float>) {
+                if (rows_f32) dot = vec::dot(qrow, krow, d);
+              }
+              if (!rows_f32) {
+                for (std::int64_t c = 0; c < d; ++c) {
+                  dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+                }
+              }
+              scores[j] = dot * scale;
+              mx = std::max(mx, scores[j]);
+            }
+            float sum = 0.0F;
+            for (std::int64_t j = 0; j < src; ++j) {
+              scores[j] = vec::exp(scores[j] - mx);
+              sum += scores[j];
+            }
+            const float inv = 1.0F / sum;
+            for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
+            for (std::int64_t j = 0; j < src; ++j) {
+              const float p = scores[j] * inv;
+              const T* vrow = vbase + j * v.strides[1];
+              for (std::int64_t c = 0; c < d; ++c) acc[c] += p * load(vrow + c * v.strides[2]);
+            }
+            T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
+            for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
+          }
+        });
   });
 }
 

@@ -49,6 +49,7 @@ void register_cpu_kernels(OpRegistry& r) {
       {"rope", k::rope},
       {"embedding", k::embedding},
       {"attention", k::attention},
+      {"sdpa", k::sdpa},
       {"argmax", k::argmax},
       {"sample", k::sample},
       // Vision and reductions.
