@@ -297,6 +297,8 @@ class CompiledGraph {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "sinkgraph's C++ runtime, as the PyTorch front end uses it";
   static py::exception<sg::Error> error(m, "Error", PyExc_RuntimeError);
+  // pybind11 takes a plain function pointer of this exact signature.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -42,7 +42,14 @@ inline constexpr int kMaxConsts = kMaxScalarArgs - kCodeSlots;  // 5
 inline constexpr int kMaxInputs = kMaxTensorArgs - 1;           // 5
 inline constexpr int kMaxStack = 8;
 
-enum Opcode : int { kLoad = 1, kUnary = 2, kBinary = 3, kAddConst = 4, kMulConst = 5, kUnaryHi = 6 };
+enum Opcode : int {
+  kLoad = 1,
+  kUnary = 2,
+  kBinary = 3,
+  kAddConst = 4,
+  kMulConst = 5,
+  kUnaryHi = 6
+};
 enum UnaryFn : int {
   kNeg,
   kExp,
@@ -118,7 +125,8 @@ inline std::string check_program(std::span<const std::int64_t> code, int num_inp
       if ((op == kUnary || op == kUnaryHi) && unary_fn(c) >= kNumUnary) {
         return at + " names no unary function";
       }
-      if ((op == kAddConst || op == kMulConst) && arg >= kMaxConsts) return at + " names no constant";
+      if ((op == kAddConst || op == kMulConst) && arg >= kMaxConsts)
+        return at + " names no constant";
       if (depth < 1) return at + " has no operand on the stack";
     } else if (op == kBinary) {
       if (arg >= kNumBinary) return at + " names no binary function";

@@ -27,7 +27,6 @@ inline constexpr char kHardsigmoid[] = "hardsigmoid";
 
 namespace {
 
-
 template <const char* Name>
 TensorMeta binary_shape(const ShapeArgs& args) {
   const TensorMeta& a = args.tensors[0];

@@ -84,7 +84,8 @@ TensorMeta fused_elementwise_shape(const ShapeArgs& args) {
 
 void register_fused_ops(OpRegistry& r) {
   r.add(make_op(kSiluMul, {{"a"}, {"b"}}, silu_mul_shape));
-  r.add(make_op(kAddRmsNorm, {{"x"}, {"r"}, {"weight"}, {"eps", ArgKind::real}}, add_rms_norm_shape));
+  r.add(
+      make_op(kAddRmsNorm, {{"x"}, {"r"}, {"weight"}, {"eps", ArgKind::real}}, add_rms_norm_shape));
   std::vector<ArgSpec> args = {{"inputs", ArgKind::tensor_list}};
   for (int c = 0; c < fp::kCodeSlots; ++c) {
     args.push_back({"code" + std::to_string(c), ArgKind::integer});

@@ -13,7 +13,6 @@ inline constexpr char kArange[] = "arange";
 
 namespace {
 
-
 TensorMeta copy_shape(const ShapeArgs& args) {
   const TensorMeta& dst = args.tensors[0];
   const TensorMeta& src = args.tensors[1];
@@ -65,8 +64,7 @@ TensorMeta arange_shape(const ShapeArgs& args) {
 }  // namespace
 
 void register_memory_ops(OpRegistry& r) {
-  OpDef copy =
-      make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape);
+  OpDef copy = make_op(kCopy, {{"dst", ArgKind::tensor, false, true}, {"src"}}, copy_shape);
   copy.schema.alias_of = 0;
   r.add(std::move(copy));
   OpDef index_copy = make_op(kIndexCopy,
@@ -76,8 +74,8 @@ void register_memory_ops(OpRegistry& r) {
                              index_copy_shape);
   index_copy.schema.alias_of = 0;
   r.add(std::move(index_copy));
-  OpDef fill = make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}},
-                       fill_shape);
+  OpDef fill =
+      make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}}, fill_shape);
   fill.schema.alias_of = 0;
   r.add(std::move(fill));
   r.add(make_op(kFull,

@@ -17,7 +17,6 @@ inline constexpr char kCat[] = "cat";
 
 namespace {
 
-
 const std::vector<SymInt>& int_list(const ShapeArgs& args, int i) {
   return std::get<std::vector<SymInt>>(args.scalars[i]);
 }
@@ -324,8 +323,8 @@ void register_shape_ops(OpRegistry& r) {
   r.add(make_view(kExpand, {x, {"shape", ArgKind::int_list}}, expand_shape, expand_view));
   r.add(make_op(kContiguous, {x}, identity_shape));
   // cat runs as one copy per input into slices of its output.
-  OpDef cat = make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}},
-                      cat_shape);
+  OpDef cat =
+      make_op(kCat, {{"tensors", ArgKind::tensor_list}, {"dim", ArgKind::integer}}, cat_shape);
   cat.composite = cat_composite;
   cat.composite_into = cat_into;
   r.add(std::move(cat));

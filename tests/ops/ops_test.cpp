@@ -169,9 +169,13 @@ const UnaryCase kUnary[] = {
     {"sigmoid", ops::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, -8.0F, 8.0F},
     // torch.nn.functional.hardswish / hardsigmoid, written out piecewise.
     {"hardswish", ops::hardswish,
-     [](double x) { return x <= -3 ? 0.0 : x >= 3 ? x : x * (x + 3) / 6; }, -5.0F, 5.0F},
+     [](double x) { return x <= -3  ? 0.0
+                           : x >= 3 ? x
+                                    : x * (x + 3) / 6; }, -5.0F, 5.0F},
     {"hardsigmoid", ops::hardsigmoid,
-     [](double x) { return x <= -3 ? 0.0 : x >= 3 ? 1.0 : x / 6 + 0.5; }, -5.0F, 5.0F},
+     [](double x) { return x <= -3  ? 0.0
+                           : x >= 3 ? 1.0
+                                    : x / 6 + 0.5; }, -5.0F, 5.0F},
 };
 
 const Dims kUnaryShapes[] = {{17}, {3, 1, 5}, {1}, {}, {2, 0, 4}, {4, 6, 3}};

@@ -55,7 +55,7 @@ const float* dense(const TensorArg& t, std::vector<float>& scratch) {
     step *= t.sizes[i];
   }
   const std::int64_t base[2] = {t.offset, 0};
-  const float* src = static_cast<const float*>(t.data);
+  const auto* src = static_cast<const float*>(t.data);
   float* dst = scratch.data();
   for_each_row<2>(t.ndim, t.sizes, strides, base,
                   [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
@@ -211,7 +211,7 @@ void conv2d(const ArgBlock& args, KernelContext& ctx) {
   const float* w = dense(wt, w_scratch);
   const float* bias = bt.ptr<float>();
   const std::int64_t bias_stride = bt.strides[0];
-  float* y0 = out.ptr<float>();
+  auto* y0 = out.ptr<float>();
 
   const std::int64_t in_plane = p.h * p.w;
   const std::int64_t plane = p.oh * p.ow;

@@ -35,7 +35,6 @@ inline float round_to(float v) {
   }
 }
 
-
 // Calls fn(offsets, count, inner_strides) for every innermost row of the
 // output t[N-1], with the inputs t[0..N-2] broadcast against it.
 template <int N, typename Fn>
@@ -122,7 +121,8 @@ void run_chunked(const Program& p, const T* const* in, T* out, const std::int64_
         case fp::kBinary: {
           float* a = stack[sp - 2];
           const float* b = stack[sp - 1];
-          for (std::int64_t i = 0; i < m; ++i) a[i] = round_to<T>(pointwise::binary(arg, a[i], b[i]));
+          for (std::int64_t i = 0; i < m; ++i)
+            a[i] = round_to<T>(pointwise::binary(arg, a[i], b[i]));
           --sp;
           break;
         }
@@ -154,13 +154,13 @@ void silu_mul(const ArgBlock& args, KernelContext& ctx) {
     const T* pa = static_cast<const T*>(t[0].data);
     const T* pb = static_cast<const T*>(t[1].data);
     T* po = static_cast<T*>(t[2].data);
-    broadcast_rows<3>(t, ctx,
-                      [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
-                        for (std::int64_t i = 0; i < count; ++i) {
-                          const float s = round_to<T>(pointwise::silu(load(pa + off[0] + i * st[0])));
-                          store(po + off[2] + i * st[2], s * load(pb + off[1] + i * st[1]));
-                        }
-                      });
+    broadcast_rows<3>(
+        t, ctx, [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+          for (std::int64_t i = 0; i < count; ++i) {
+            const float s = round_to<T>(pointwise::silu(load(pa + off[0] + i * st[0])));
+            store(po + off[2] + i * st[2], s * load(pb + off[1] + i * st[1]));
+          }
+        });
   });
 }
 

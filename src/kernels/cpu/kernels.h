@@ -50,7 +50,7 @@ void sample(const ArgBlock& args, KernelContext& ctx);      // (x, out; temperat
 void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, theta: f, style: i)
 void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
-void sdpa(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (heads: i, scale: f)
+void sdpa(const ArgBlock& args, KernelContext& ctx);       // (q, k, v, out); (heads: i, scale: f)
 
 // Vision (NCHW): conv2d (x, w, b, out); (stride_h, stride_w, pad_h, pad_w,
 // dil_h, dil_w, groups, activation: i). batch_norm (x, mean, var, weight,

@@ -5,8 +5,8 @@
 // is bitwise equal to the kernels it replaces.
 #include <cmath>
 
-#include "vec.h"
 #include "../fused_program.h"
+#include "vec.h"
 
 namespace sinkgraph::kernels::pointwise {
 

@@ -21,7 +21,7 @@ namespace sinkgraph::kernels::cpu {
 void batch_norm(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& out = args.tensors[5];
-  const float eps = static_cast<float>(args.scalars[0].f);
+  const auto eps = static_cast<float>(args.scalars[0].f);
   const std::int64_t channels = x.sizes[1];
   // Per-channel terms in a scratch the worker keeps. The intra-op helper
   // threads below see them through these pointers: a thread_local named
