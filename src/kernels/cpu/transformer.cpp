@@ -291,6 +291,12 @@ void sdpa(const ArgBlock& args, KernelContext& ctx) {
             for (std::int64_t j = 0; j < src; ++j) {
               const float p = scores[j] * inv;
               const T* vrow = vbase + j * v.strides[1];
+              if constexpr (std::is_same_v<T, float>) {
+                if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
+                  for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
+                  continue;
+                }
+              }
               for (std::int64_t c = 0; c < d; ++c) acc[c] += p * load(vrow + c * v.strides[2]);
             }
             T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
