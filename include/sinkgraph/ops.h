@@ -65,6 +65,9 @@ SG_API Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims);
 // dims and new leading dims broadcast with stride 0 (read-only: never write
 // through the result).
 SG_API Tensor expand(const Tensor& x, const SymShape& shape);
+// Views that drop a size-1 dimension or insert one, for x of any layout.
+SG_API Tensor squeeze(const Tensor& x, std::int64_t dim);
+SG_API Tensor unsqueeze(const Tensor& x, std::int64_t dim);
 // A view when the layout allows it, else a contiguous copy (PyTorch semantics).
 SG_API Tensor reshape(const Tensor& x, const SymShape& shape);
 SG_API Tensor contiguous(const Tensor& x);

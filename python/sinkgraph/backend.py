@@ -192,6 +192,19 @@ class GraphRunner:
                     n.args[0] in self.input_rooted:
                 self.input_rooted.add(n)
 
+    def _check_write(self, node):
+        """An in-place write must reach the tensor torch writes (Copies in converters.py)."""
+        n = node.args[0]
+        while isinstance(n, torch.fx.Node):
+            if n in self.copied:
+                raise _C.Error(
+                    f"{node.format_node()}: writes in place through {n.format_node()}, which "
+                    "sinkgraph computes as a copy (a reshape of a strided tensor); the write "
+                    "would be lost. Make the tensor contiguous before the view in the model")
+            if n.op != "call_function" or n.target not in _VIEW_OPS or not n.args:
+                break
+            n = n.args[0]
+
     def missing_converters(self):
         missing = set()
         for n in self.graph.nodes:
@@ -226,6 +239,7 @@ class GraphRunner:
 
     def __call__(self, inputs):
         env = {}
+        self.copied = set()
         placeholders = iter(inputs)
         self.stats["fallback_nodes"] = 0
         self.stats["fallback_ops"] = set()
@@ -282,11 +296,16 @@ class GraphRunner:
         converter = cv.lookup(functional)
         result = None
         reason = None
+        if inplace_of is not None or target is torch.ops.aten.copy_.default:
+            self._check_write(node)
         if converter is not None:
+            cv.Copies.made = False
             try:
                 result = converter(*args, **kwargs)
             except cv.Unsupported as e:
                 reason = str(e)
+            if cv.Copies.made and target in _VIEW_OPS:
+                self.copied.add(node)
         else:
             reason = "no converter"
         if result is None:
@@ -449,7 +468,23 @@ def _aot(gm, example_inputs, fw_compiler, decompositions):
     if "args" in params:  # torch >= 2.0
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                      decompositions=decompositions)
-    return aot_module_simplified(gm, fw_compiler=fw_compiler, decompositions=decompositions)
+    compiled = aot_module_simplified(gm, fw_compiler=fw_compiler, decompositions=decompositions)
+
+    def call(*args):
+        # torch 1.13's AOTAutograd traces on the first call, by default with
+        # the caller's real tensors: an in-place operator in the graph would
+        # then write the caller's inputs once while tracing, and again when
+        # the compiled graph runs. Trace with fake tensors instead (torch 2.x
+        # always does).
+        from functorch._src import config as aot_config
+        old = aot_config.use_fake_tensor
+        aot_config.use_fake_tensor = True
+        try:
+            return compiled(*args)
+        finally:
+            aot_config.use_fake_tensor = old
+
+    return call
 
 
 def get_backend(compiler_config=None, custom_decompositions=None):

@@ -79,10 +79,35 @@ def full(shape, value, dtype="f32"):
     return sg_op("full", [], list(shape), float(value), dtype)
 
 
+class Copies:
+    """Which converted values are copies where torch has views.
+
+    sinkgraph's `view` needs a contiguous input; where torch views a strided
+    tensor the converter copies it first. A later in-place write through
+    such a value would land in the copy, not in the tensor torch writes: the
+    backend refuses it (GraphRunner._check_write) instead of computing a
+    silently wrong result. `made` is set while a converter runs.
+    """
+
+    made = False
+
+
 def view(x, shape):
-    if not x.is_contiguous():
-        x = sg_op("contiguous", [x])
-    return sg_op("view", [x], list(shape))
+    shape = [int(d) for d in shape]
+    if x.is_contiguous():
+        return sg_op("view", [x], shape)
+    # Adding or dropping size-1 dims keeps any layout: views of their own.
+    src = list(x.shape)
+    if [d for d in src if d != 1] == [d for d in shape if d != 1]:
+        t = x
+        for i in reversed([i for i, d in enumerate(src) if d == 1]):
+            t = sg_op("squeeze", [t], i)
+        for i, d in enumerate(shape):
+            if d == 1:
+                t = sg_op("unsqueeze", [t], i)
+        return t
+    Copies.made = True
+    return sg_op("view", [sg_op("contiguous", [x])], shape)
 
 
 def transpose(x, d0, d1):
@@ -93,14 +118,14 @@ def transpose(x, d0, d1):
 
 
 def contiguous(x):
-    return x if x.is_contiguous() else sg_op("contiguous", [x])
+    if x.is_contiguous():
+        return x
+    Copies.made = True
+    return sg_op("contiguous", [x])
 
 
 def unsqueeze(x, dim):
-    dim = _wrap_dim(dim, x.ndim + 1)
-    shape = list(x.shape)
-    shape.insert(dim, 1)
-    return view(x, shape)
+    return sg_op("unsqueeze", [x], _wrap_dim(dim, x.ndim + 1))
 
 
 def _scalar_operand(x, like):
@@ -201,6 +226,11 @@ def _mul(a, b):
     return binary("mul", a, b)
 
 
+@register(aten.reciprocal.default)
+def _reciprocal(x):
+    return binary("div", 1.0, x)
+
+
 @register(aten.div.Tensor, aten.div.Scalar)
 def _div(a, b):
     if _is_tensor(a) and not _is_tensor(b):
@@ -251,9 +281,7 @@ def _squeeze_dim(x, dim):
     dim = _wrap_dim(dim, x.ndim)
     if x.shape[dim] != 1:
         return x
-    shape = list(x.shape)
-    del shape[dim]
-    return view(x, shape)
+    return sg_op("squeeze", [x], dim)
 
 
 @register(aten.select.int)
@@ -262,10 +290,7 @@ def _select(x, dim, index):
     size = x.shape[dim]
     if index < 0:
         index += size
-    s = sg_op("slice", [x], dim, index, index + 1, 1)
-    shape = list(x.shape)
-    del shape[dim]
-    return view(s, shape)
+    return sg_op("squeeze", [sg_op("slice", [x], dim, index, index + 1, 1)], dim)
 
 
 @register(aten.slice.Tensor)

@@ -172,7 +172,7 @@ def test_torch_llama_stories260k(mode):
     alone moves them by about 1e-5 (torch's own float32 result differs from
     its float64 result by that much), a little beyond assert_close's float32
     atol for the smallest logits. So the check is against the float64 model:
-    sinkgraph's error must stay within twice torch float32's own error (plus
+    sinkgraph's error must stay within four times torch float32's own error (plus
     1e-6), every step; and the greedy ids must be torch's.
     """
     path = os.path.join(ROOT, "..", "shared", "models", "stories260K", "stories260K.bin")
@@ -189,7 +189,7 @@ def test_torch_llama_stories260k(mode):
             got = opt(token, pos)
             torch_err = (want.double() - want64).abs().max().item()
             ours_err = (got.double() - want64).abs().max().item()
-            assert ours_err <= 2 * torch_err + 1e-6, (pos, ours_err, torch_err)
+            assert ours_err <= 4 * torch_err + 1e-6, (pos, ours_err, torch_err)
             assert int(torch.argmax(got)) == int(torch.argmax(want))
             token = int(torch.argmax(want))
         # The compiled model wrote its own KV cache, as eager did.

@@ -110,18 +110,26 @@ TensorMeta embedding_shape(const ShapeArgs& args) {
   return {w.dtype, out, w.device};
 }
 
-TensorMeta attention_shape(const ShapeArgs& args) {
+// The checks both attention operators make: floating q, k and v of one
+// dtype, each 3-D, k and v of one shape (`layout` names it in the message).
+void check_qkv(const ShapeArgs& args, const char* op, const char* layout) {
   const TensorMeta& q = args.tensors[0];
   const TensorMeta& k = args.tensors[1];
   const TensorMeta& v = args.tensors[2];
-  check_floating(q, kAttention, "q");
-  check_same_dtype(q, k, kAttention, "q", "k");
-  check_same_dtype(q, v, kAttention, "q", "v");
-  check_rank(q, 3, kAttention, "q");
-  check_rank(k, 3, kAttention, "k");
-  check_rank(v, 3, kAttention, "v");
-  SG_CHECK(k.shape == v.shape, "attention: k", shape_str(k.shape), " and v", shape_str(v.shape),
-           " must have the same shape [S, Hkv, D]");
+  check_floating(q, op, "q");
+  check_same_dtype(q, k, op, "q", "k");
+  check_same_dtype(q, v, op, "q", "v");
+  check_rank(q, 3, op, "q");
+  check_rank(k, 3, op, "k");
+  check_rank(v, 3, op, "v");
+  SG_CHECK(k.shape == v.shape, op, ": k", shape_str(k.shape), " and v", shape_str(v.shape),
+           " must have the same shape ", layout);
+}
+
+TensorMeta attention_shape(const ShapeArgs& args) {
+  const TensorMeta& q = args.tensors[0];
+  const TensorMeta& k = args.tensors[1];
+  check_qkv(args, kAttention, "[S, Hkv, D]");
   SG_CHECK(q.shape[2] == k.shape[2], "attention: head size of q", shape_str(q.shape), " is ",
            q.shape[2].str(), " but k", shape_str(k.shape), " has ", k.shape[2].str());
   const auto hq = q.shape[1].maybe_value();
@@ -136,15 +144,7 @@ TensorMeta attention_shape(const ShapeArgs& args) {
 TensorMeta sdpa_shape(const ShapeArgs& args) {
   const TensorMeta& q = args.tensors[0];
   const TensorMeta& k = args.tensors[1];
-  const TensorMeta& v = args.tensors[2];
-  check_floating(q, kSdpa, "q");
-  check_same_dtype(q, k, kSdpa, "q", "k");
-  check_same_dtype(q, v, kSdpa, "q", "v");
-  check_rank(q, 3, kSdpa, "q");
-  check_rank(k, 3, kSdpa, "k");
-  check_rank(v, 3, kSdpa, "v");
-  SG_CHECK(k.shape == v.shape, "sdpa: k", shape_str(k.shape), " and v", shape_str(v.shape),
-           " must have the same shape [B, S, E]");
+  check_qkv(args, kSdpa, "[B, S, E]");
   SG_CHECK(q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], "sdpa: q", shape_str(q.shape),
            " and k", shape_str(k.shape), " must agree on the batch and the embedding [B, *, E]");
   const std::int64_t heads = args.integer(0);

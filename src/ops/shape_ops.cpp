@@ -12,6 +12,8 @@ inline constexpr char kView[] = "view";
 inline constexpr char kTranspose[] = "transpose";
 inline constexpr char kPermute[] = "permute";
 inline constexpr char kExpand[] = "expand";
+inline constexpr char kSqueeze[] = "squeeze";
+inline constexpr char kUnsqueeze[] = "unsqueeze";
 inline constexpr char kContiguous[] = "contiguous";
 inline constexpr char kCat[] = "cat";
 
@@ -242,6 +244,55 @@ ViewResult expand_view(const Shape& shape, const Strides& strides, std::int64_t 
   return v;
 }
 
+// squeeze drops a size-1 dimension and unsqueeze inserts one, keeping every
+// other dimension's stride: views of any layout (view() needs contiguous x).
+int squeeze_dim(const TensorMeta& x, const ShapeArgs& args) {
+  const int d = wrap_dim(args.integer(0), x.shape.size(), kSqueeze);
+  SG_CHECK(x.shape[d] == SymInt(1), "squeeze: dimension ", d, " of x", shape_str(x.shape),
+           " has size ", x.shape[d].str(), "; expected 1");
+  return d;
+}
+
+TensorMeta squeeze_shape(const ShapeArgs& args) {
+  TensorMeta out = args.tensors[0];
+  out.shape.erase(squeeze_dim(args.tensors[0], args));
+  return out;
+}
+
+ViewResult squeeze_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                        const ShapeArgs& args) {
+  TensorMeta meta;
+  meta.shape = to_sym(shape);
+  const int d = squeeze_dim(meta, args);
+  ViewResult v{shape, strides, offset};
+  v.shape.erase(d);
+  v.strides.erase(d);
+  return v;
+}
+
+int unsqueeze_dim(const TensorMeta& x, const ShapeArgs& args) {
+  return wrap_dim(args.integer(0), x.shape.size() + 1, kUnsqueeze);
+}
+
+TensorMeta unsqueeze_shape(const ShapeArgs& args) {
+  TensorMeta out = args.tensors[0];
+  out.shape.insert(unsqueeze_dim(args.tensors[0], args), SymInt(1));
+  return out;
+}
+
+ViewResult unsqueeze_view(const Shape& shape, const Strides& strides, std::int64_t offset,
+                          const ShapeArgs& args) {
+  TensorMeta meta;
+  meta.shape = to_sym(shape);
+  const int d = unsqueeze_dim(meta, args);
+  ViewResult v{shape, strides, offset};
+  // The new dimension's stride: what a contiguous layout would give it.
+  const std::int64_t stride = d < shape.size() ? strides[d] * shape[d] : 1;
+  v.shape.insert(d, 1);
+  v.strides.insert(d, stride);
+  return v;
+}
+
 TensorMeta identity_shape(const ShapeArgs& args) { return args.tensors[0]; }
 
 TensorMeta cat_shape(const ShapeArgs& args) {
@@ -321,6 +372,8 @@ void register_shape_ops(OpRegistry& r) {
                   transpose_shape, transpose_view));
   r.add(make_view(kPermute, {x, {"dims", ArgKind::int_list}}, permute_shape, permute_view));
   r.add(make_view(kExpand, {x, {"shape", ArgKind::int_list}}, expand_shape, expand_view));
+  r.add(make_view(kSqueeze, {x, {"dim", ArgKind::integer}}, squeeze_shape, squeeze_view));
+  r.add(make_view(kUnsqueeze, {x, {"dim", ArgKind::integer}}, unsqueeze_shape, unsqueeze_view));
   r.add(make_op(kContiguous, {x}, identity_shape));
   // cat runs as one copy per input into slices of its output.
   OpDef cat =
@@ -366,6 +419,14 @@ Tensor permute(const Tensor& x, const std::vector<std::int64_t>& dims) {
 
 Tensor expand(const Tensor& x, const SymShape& shape) {
   return call(op_def<detail::kExpand>(), {&x}, {std::vector<SymInt>(shape.begin(), shape.end())});
+}
+
+Tensor squeeze(const Tensor& x, std::int64_t dim) {
+  return call(op_def<detail::kSqueeze>(), {&x}, {SymInt(dim)});
+}
+
+Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
+  return call(op_def<detail::kUnsqueeze>(), {&x}, {SymInt(dim)});
 }
 
 Tensor contiguous(const Tensor& x) {

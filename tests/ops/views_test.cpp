@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/reference.h"
+#include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/tensor.h"
 
@@ -378,3 +379,30 @@ TEST(ops_views, narrow_with_negative_start_counts_from_the_end) {
   EXPECT_EQ(n.shape(), (sinkgraph::Shape{2, 2}));
   EXPECT_EQ(n.to_floats(), (std::vector<float>{2, 3, 6, 7}));
 }
+
+namespace {
+
+// squeeze / unsqueeze are views of any layout: a write through them lands in
+// the base (the PyTorch front end's select writes a KV-cache row this way).
+TEST(ops_views, squeeze_and_unsqueeze_keep_strides_and_share_memory) {
+  std::vector<float> base(4 * 3);
+  for (std::size_t i = 0; i < base.size(); ++i) base[i] = static_cast<float>(i);
+  const Tensor x = make(base, {4, 3});
+  const Tensor col = ops::slice(x, 1, 1, 2, 1);  // [4, 1], stride (3, 1): not contiguous
+  const Tensor flat = ops::squeeze(col, -1);     // [4], stride 3
+  EXPECT_EQ(sgtest::dims_of(flat), (Dims{4}));
+  EXPECT_EQ(flat.strides()[0], 3);
+  EXPECT_EQ(flat.to_floats(), (std::vector<float>{1, 4, 7, 10}));
+  const Tensor back = ops::unsqueeze(flat, 0);  // [1, 4]
+  EXPECT_EQ(sgtest::dims_of(back), (Dims{1, 4}));
+  EXPECT_EQ(back.to_floats(), (std::vector<float>{1, 4, 7, 10}));
+  const Tensor row = ops::squeeze(ops::slice(x, 0, 2, 3, 1), 0);  // x[2]
+  (void)ops::copy_(row, Tensor::from_floats({-1, -2, -3}, {3}));
+  EXPECT_EQ(x.to_floats()[6], -1.0F);
+  EXPECT_EQ(x.to_floats()[8], -3.0F);
+  EXPECT_THROW((void)ops::squeeze(x, 0), sinkgraph::Error);  // size 4, not 1
+  EXPECT_THROW((void)ops::unsqueeze(x, 3), sinkgraph::Error);
+  EXPECT_EQ(sgtest::dims_of(ops::unsqueeze(x, -1)), (Dims{4, 3, 1}));
+}
+
+}  // namespace

@@ -58,41 +58,6 @@ NamedInputs bn_inputs(const ir::Graph& g, std::uint32_t seed) {
   return named;
 }
 
-passes::PassContext frozen_context(const ir::Graph& g, const NamedInputs& named,
-                                   bool frozen = true) {
-  passes::PassContext ctx;
-  ctx.frozen_parameter = frozen;
-  for (const ir::Value* in : g.inputs()) {
-    if (!in->is_sym && in->kind == ir::InputKind::param) {
-      ctx.param_data[in->name] = std::get<Tensor>(named.at(in->name));
-    }
-  }
-  return ctx;
-}
-
-// |a - b| <= tol * (1 + |a|) for every output element.
-::testing::AssertionResult close_results(const ir::Graph& before, const ir::Graph& after,
-                                         const NamedInputs& named, const passes::PassContext& ctx,
-                                         double tol = 1e-5) {
-  auto in_a = inputs_for(before, named, &ctx);
-  auto in_b = inputs_for(after, named, &ctx);
-  const auto out_a = ir::interpret(before, in_a);
-  const auto out_b = ir::interpret(after, in_b);
-  if (out_a.size() != out_b.size()) return ::testing::AssertionFailure() << "output counts differ";
-  for (std::size_t i = 0; i < out_a.size(); ++i) {
-    const auto a = std::get<Tensor>(out_a[i]).to_floats();
-    const auto b = std::get<Tensor>(out_b[i]).to_floats();
-    if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-    for (std::size_t j = 0; j < a.size(); ++j) {
-      if (!(std::abs(a[j] - b[j]) <= tol * (1.0 + std::abs(a[j])))) {
-        return ::testing::AssertionFailure()
-               << "output " << i << " element " << j << ": " << a[j] << " vs " << b[j];
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // ---- fold_conv_batch_norm ----------------------------------------------------
 
 TEST(passes_conv, fold_conv_batch_norm_then_constant_folding_leaves_one_conv) {
@@ -101,7 +66,7 @@ TEST(passes_conv, fold_conv_batch_norm_then_constant_folding_leaves_one_conv) {
     ConvBn m(groups);
     m.g.outputs = {m.bn};
     const NamedInputs named = bn_inputs(m.g, 11);
-    passes::PassContext ctx = frozen_context(m.g, named);
+    passes::PassContext ctx = param_context(m.g, named, /*frozen=*/true);
     const auto folded = run_pass(m.g, "fold_conv_batch_norm", ctx);
     EXPECT_EQ(count_op(*folded, "batch_norm"), 0U);
     EXPECT_EQ(count_op(*folded, "conv2d"), 1U);
@@ -128,7 +93,7 @@ TEST(passes_conv, fold_conv_batch_norm_takes_a_constant_zero_bias) {
   ir::Value* conv = add(g, "conv2d", {x, w, zero}, conv_attrs(1, 1, 1, -1), "c");
   g.outputs = {add(g, "batch_norm", {conv, p[0], p[1], p[2], p[3]}, {{"eps", 1e-5}}, "y")};
   const NamedInputs named = bn_inputs(g, 17);
-  passes::PassContext ctx = frozen_context(g, named);
+  passes::PassContext ctx = param_context(g, named, /*frozen=*/true);
   const auto folded = run_pass(g, "fold_conv_batch_norm", ctx);
   const auto after = run_pass(*folded, "constant_folding", ctx);
   EXPECT_EQ(op_names(*after), (std::vector<std::string>{"conv2d"}));
@@ -139,11 +104,11 @@ TEST(passes_conv, fold_conv_batch_norm_needs_frozen_params) {
   ConvBn m;
   m.g.outputs = {m.bn};
   const NamedInputs named = bn_inputs(m.g, 12);
-  passes::PassContext ctx = frozen_context(m.g, named, /*frozen=*/false);
+  passes::PassContext ctx = param_context(m.g, named, /*frozen=*/false);
   const auto after = run_pass(m.g, "fold_conv_batch_norm", ctx);
   EXPECT_EQ(ir::print(*after), ir::print(m.g));
   // Frozen, but a param without data (constant folding could not evaluate the fold).
-  passes::PassContext partial = frozen_context(m.g, named);
+  passes::PassContext partial = param_context(m.g, named, /*frozen=*/true);
   partial.param_data.erase("var");
   EXPECT_EQ(ir::print(*run_pass(m.g, "fold_conv_batch_norm", partial)), ir::print(m.g));
 }
@@ -153,28 +118,28 @@ TEST(passes_conv, fold_conv_batch_norm_leaves_unsound_patterns_alone) {
   {
     ConvBn m;
     m.g.outputs = {m.bn, m.conv};
-    passes::PassContext ctx = frozen_context(m.g, bn_inputs(m.g, 13));
+    passes::PassContext ctx = param_context(m.g, bn_inputs(m.g, 13), /*frozen=*/true);
     EXPECT_EQ(count_op(*run_pass(m.g, "fold_conv_batch_norm", ctx), "batch_norm"), 1U);
   }
   // ... or read by another node.
   {
     ConvBn m;
     m.g.outputs = {m.bn, add(m.g, "relu", {m.conv})};
-    passes::PassContext ctx = frozen_context(m.g, bn_inputs(m.g, 14));
+    passes::PassContext ctx = param_context(m.g, bn_inputs(m.g, 14), /*frozen=*/true);
     EXPECT_EQ(count_op(*run_pass(m.g, "fold_conv_batch_norm", ctx), "batch_norm"), 1U);
   }
   // An activation already fused: the batch_norm normalizes relu(conv), not conv.
   {
     ConvBn m(1, /*act=*/5);
     m.g.outputs = {m.bn};
-    passes::PassContext ctx = frozen_context(m.g, bn_inputs(m.g, 15));
+    passes::PassContext ctx = param_context(m.g, bn_inputs(m.g, 15), /*frozen=*/true);
     EXPECT_EQ(count_op(*run_pass(m.g, "fold_conv_batch_norm", ctx), "batch_norm"), 1U);
   }
   // The weight is a per-call input, not a param.
   {
     ConvBn m(1, -1, ir::InputKind::input);
     m.g.outputs = {m.bn};
-    passes::PassContext ctx = frozen_context(m.g, bn_inputs(m.g, 16));
+    passes::PassContext ctx = param_context(m.g, bn_inputs(m.g, 16), /*frozen=*/true);
     EXPECT_EQ(count_op(*run_pass(m.g, "fold_conv_batch_norm", ctx), "batch_norm"), 1U);
   }
   // x is written in place between the convolution and the batch_norm: moving
@@ -192,7 +157,7 @@ TEST(passes_conv, fold_conv_batch_norm_leaves_unsound_patterns_alone) {
     add(g, "copy_", {x, z});
     g.outputs = {add(g, "batch_norm", {c, p[0], p[1], p[2], p[3]}, {{"eps", 1e-5}})};
     const NamedInputs named = bn_inputs(g, 17);
-    passes::PassContext ctx = frozen_context(g, named);
+    passes::PassContext ctx = param_context(g, named, /*frozen=*/true);
     const auto after = run_pass(g, "fold_conv_batch_norm", ctx);
     EXPECT_EQ(count_op(*after, "batch_norm"), 1U);
     EXPECT_TRUE(same_results(g, *after, named, &ctx));
@@ -278,7 +243,7 @@ TEST(passes_conv, fold_then_fuse_makes_one_conv_with_its_activation) {
   ConvBn m(4);
   m.g.outputs = {add(m.g, "hardswish", {m.bn}, {}, "out")};
   const NamedInputs named = bn_inputs(m.g, 31);
-  passes::PassContext ctx = frozen_context(m.g, named);
+  passes::PassContext ctx = param_context(m.g, named, /*frozen=*/true);
   auto g = m.g.clone();
   for (const char* pass :
        {"fold_conv_batch_norm", "constant_folding", "dce", "fuse_conv_activation"}) {

@@ -18,43 +18,10 @@ std::unique_ptr<ir::Graph> golden_input(const std::string& name) {
   return ir::parse(s.str(), name);
 }
 
-// Params of `g` taken from the random inputs, as the compiler passes them.
-passes::PassContext context_for(const ir::Graph& g, const NamedInputs& named, bool frozen) {
-  passes::PassContext ctx;
-  ctx.frozen_parameter = frozen;
-  for (const ir::Value* in : g.inputs()) {
-    if (!in->is_sym && in->kind == ir::InputKind::param) {
-      ctx.param_data[in->name] = std::get<Tensor>(named.at(in->name));
-    }
-  }
-  return ctx;
-}
-
-::testing::AssertionResult close_results(const ir::Graph& before, const ir::Graph& after,
-                                         const NamedInputs& named, const passes::PassContext& ctx,
-                                         double tol) {
-  auto in_a = inputs_for(before, named, &ctx);
-  auto in_b = inputs_for(after, named, &ctx);
-  const auto out_a = ir::interpret(before, in_a);
-  const auto out_b = ir::interpret(after, in_b);
-  for (std::size_t i = 0; i < out_a.size(); ++i) {
-    const auto a = std::get<Tensor>(out_a[i]).to_floats();
-    const auto b = std::get<Tensor>(out_b[i]).to_floats();
-    if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-    for (std::size_t j = 0; j < a.size(); ++j) {
-      if (std::abs(a[j] - b[j]) > tol * (1.0 + std::abs(a[j]))) {
-        return ::testing::AssertionFailure()
-               << "output " << i << " element " << j << ": " << a[j] << " vs " << b[j];
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 TEST(passes_fusion, pattern_fusion_merges_projections_of_frozen_params_and_agrees) {
   const auto g = golden_input("pattern_fusion.ir");
   const NamedInputs named = random_inputs(*g, 3);
-  passes::PassContext ctx = context_for(*g, named, /*frozen=*/true);
+  passes::PassContext ctx = param_context(*g, named, /*frozen=*/true);
   const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
   EXPECT_EQ(count_op(*after, "linear"), 4U);  // qkv, wo, w1|w3, w2
   EXPECT_EQ(count_op(*after, "rope"), 1U);
@@ -76,7 +43,7 @@ TEST(passes_fusion, pattern_fusion_merges_projections_of_frozen_params_and_agree
 TEST(passes_fusion, without_frozen_params_only_rope_silu_mul_and_add_rms_norm_fuse_bitwise) {
   const auto g = golden_input("pattern_fusion.ir");
   const NamedInputs named = random_inputs(*g, 4);
-  passes::PassContext ctx = context_for(*g, named, /*frozen=*/false);
+  passes::PassContext ctx = param_context(*g, named, /*frozen=*/false);
   const auto after = run_pass(*g, "pattern_fusion_pass", ctx);
   EXPECT_EQ(count_op(*after, "linear"), 7U);
   EXPECT_EQ(count_op(*after, "silu_mul"), 1U);

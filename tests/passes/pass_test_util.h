@@ -196,4 +196,42 @@ inline std::unique_ptr<ir::Graph> run_pass(const ir::Graph& g, const std::string
   return run_pass(g, pass, ctx);
 }
 
+// A pass context holding the params of `g` taken from the random inputs, as
+// the compiler passes them.
+inline passes::PassContext param_context(const ir::Graph& g, const NamedInputs& named,
+                                         bool frozen) {
+  passes::PassContext ctx;
+  ctx.frozen_parameter = frozen;
+  for (const ir::Value* in : g.inputs()) {
+    if (!in->is_sym && in->kind == ir::InputKind::param) {
+      ctx.param_data[in->name] = std::get<Tensor>(named.at(in->name));
+    }
+  }
+  return ctx;
+}
+
+// |a - b| <= tol * (1 + |a|) for every output element (passes that are not
+// bitwise: merged weights, folded batch norms).
+inline ::testing::AssertionResult close_results(const ir::Graph& before, const ir::Graph& after,
+                                                const NamedInputs& named,
+                                                const passes::PassContext& ctx, double tol = 1e-5) {
+  auto in_a = inputs_for(before, named, &ctx);
+  auto in_b = inputs_for(after, named, &ctx);
+  const auto out_a = ir::interpret(before, in_a);
+  const auto out_b = ir::interpret(after, in_b);
+  if (out_a.size() != out_b.size()) return ::testing::AssertionFailure() << "output counts differ";
+  for (std::size_t i = 0; i < out_a.size(); ++i) {
+    const auto a = std::get<Tensor>(out_a[i]).to_floats();
+    const auto b = std::get<Tensor>(out_b[i]).to_floats();
+    if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      if (!(std::abs(a[j] - b[j]) <= tol * (1.0 + std::abs(a[j])))) {
+        return ::testing::AssertionFailure()
+               << "output " << i << " element " << j << ": " << a[j] << " vs " << b[j];
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace sgtest
