@@ -119,6 +119,13 @@ class _Fallback:
         self.stats = stats
 
     def build(self, output_index, meta):
+        try:
+            return self._build(output_index, meta)
+        except cv.Unsupported as e:
+            raise _C.Error(f"{self.node.format_node()}: no converter, and the libtorch fallback "
+                           f"cannot run it either: {e}") from None
+
+    def _build(self, output_index, meta):
         if meta is None:
             raise cv.Unsupported(f"{self.node.target}: no shape metadata for its output")
         dtype, shape = meta
@@ -156,7 +163,6 @@ class _Fallback:
                         raise cv.Unsupported(f"{self.node.target}: device {v}")
                     v = "cpu"
                 spec.append((kind, v))
-        name, _, overload = self.schema.name.partition(".")
         overload = self.node.target._overloadname
         fid = _C.register_torch_fallback(self.schema.name, "" if overload == "default" else overload,
                                          spec, output_index, _DTYPES[dtype], shape,
