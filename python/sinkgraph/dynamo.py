@@ -18,6 +18,7 @@ frozen_parameter, the call raises: the graph folded the old values.
 """
 
 import operator
+import threading
 import warnings
 
 import torch
@@ -35,6 +36,7 @@ except ImportError:
 _TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 _PLAIN = (bool, int, float, str, type(None))
 _MISSING = object()
+_TRACE_LOCK = threading.Lock()
 
 
 def _plain_value(v):
@@ -131,6 +133,7 @@ class CompiledModule:
         self._traces = 0
         self._eager_calls = 0
         self._warned = False
+        self._lock = threading.RLock()
 
     @property
     def model(self):
@@ -155,6 +158,14 @@ class CompiledModule:
             return None
 
     def __call__(self, *args, **kwargs):
+        # Calls of one module from several threads take turns (the C++
+        # compiled function serializes its calls anyway); tracing, which is
+        # not thread-safe in torch (fake-tensor mode, AOTAutograd's config),
+        # also takes _TRACE_LOCK, shared by every module.
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         if kwargs:
             raise _C.Error("sinkgraph.compile: keyword arguments are not supported; pass "
                            f"{', '.join(kwargs)} positionally")
@@ -238,7 +249,8 @@ class CompiledModule:
 
         inputs = list(params) + [args[i] for i in tensor_positions]
         try:
-            gm = make_fx(flat_fn, tracing_mode="fake")(*inputs)
+            with _TRACE_LOCK:
+                gm = make_fx(flat_fn, tracing_mode="fake")(*inputs)
         except RuntimeError as e:
             msg = str(e)
             if "data-dependent" in msg or "value out of a tracing tensor" in msg or \
@@ -251,11 +263,9 @@ class CompiledModule:
                 ) from None
             raise
         setattr(gm, PARAM_NAMES_ATTR, names)
-        before = len(self._backend.compiled)
         compiled = self._backend(gm, inputs)
         entry = _Entry(key, grad, _attribute_guards(model), params, names, compiled,
                        holder["spec"], tensor_positions, None, reason)
-        entry.first_forward = before
         self._traces += 1
         self._entries.append(entry)
         self._log.append(f"trace {self._traces}: {reason}")
@@ -265,16 +275,20 @@ class CompiledModule:
         flat = list(params) + [args[i] for i in entry.positions]
         if entry.direct is not None:
             return tree_unflatten(entry.direct(flat), entry.spec)
-        out = entry.compiled(*flat)
-        if entry.forwards is None:
-            # The backend compiles the ATen graph on the first call (AOTAutograd).
-            entry.forwards = self._backend.compiled[entry.first_forward:]
-            # torch 1.13's AOTAutograd runs an inference graph by calling the
-            # compiled forward with the flat arguments and nothing else
-            # (aot_dispatch_base): later calls go straight to it. torch 2.x
-            # adds runtime wrappers (input mutations, aliased outputs): kept.
-            if not _TORCH2 and len(entry.forwards) == 1:
-                entry.direct = entry.forwards[0]
+        if entry.forwards is not None:
+            return tree_unflatten(list(entry.compiled(*flat)), entry.spec)
+        with _TRACE_LOCK:
+            # AOTAutograd traces and the backend compiles the ATen graph on
+            # this first call: the forwards it makes are this entry's.
+            first = len(self._backend.compiled)
+            out = entry.compiled(*flat)
+            entry.forwards = self._backend.compiled[first:]
+        # torch 1.13's AOTAutograd runs an inference graph by calling the
+        # compiled forward with the flat arguments and nothing else
+        # (aot_dispatch_base): later calls go straight to it. torch 2.x adds
+        # runtime wrappers (input mutations, aliased outputs): kept.
+        if not _TORCH2 and len(entry.forwards) == 1:
+            entry.direct = entry.forwards[0]
         return tree_unflatten(list(out), entry.spec)
 
     # ---- reports -------------------------------------------------------------------------
