@@ -355,7 +355,7 @@ class CompiledForward:
 
     _boxed_call = True
 
-    def __init__(self, gm, example_inputs, config, num_params, param_names, name):
+    def __init__(self, gm, config, num_params, param_names, name):
         self.config = config
         self.stats = {"fallback_nodes": 0, "fallback_ops": set()}
         self.runner = GraphRunner(gm, config.mode, self.stats)
@@ -366,7 +366,6 @@ class CompiledForward:
                                "; max-autotune compiles the whole graph and has no libtorch "
                                "fallback (use reduce-overhead, or add converters: "
                                "docs/architecture.md)")
-        self._fill_missing_meta(gm, example_inputs)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         mutated = self.runner.mutated_placeholders()
         arg_names, param_args = [], []
@@ -382,17 +381,6 @@ class CompiledForward:
         self.graph = _C.CompiledGraph(self.runner, config.cxx_options(), name, arg_names,
                                       param_args)
         self._cached = [None] * num_params  # (torch tensor, data_ptr, sinkgraph tensor)
-
-    def _fill_missing_meta(self, gm, example_inputs):
-        needs = any(n.op == "call_function" and "val" not in n.meta and
-                    "tensor_meta" not in n.meta for n in gm.graph.nodes)
-        if not needs or self.config.mode == "max-autotune" or \
-                not self.runner.missing_converters():
-            return
-        from torch.fx.passes.shape_prop import ShapeProp
-        with torch.no_grad():
-            ShapeProp(gm).propagate(*[a.clone() if isinstance(a, torch.Tensor) else a
-                                      for a in example_inputs])
 
     def _wrap(self, i, t):
         if i < self.num_params:
@@ -448,8 +436,8 @@ class Backend:
         config = self.compiler_config
         name = f"graph{len(self.compiled)}"
 
-        def fw_compiler(fw_gm, fw_inputs):
-            compiled = CompiledForward(fw_gm, fw_inputs, config, num_params, param_names, name)
+        def fw_compiler(fw_gm, _fw_inputs):  # AOTAutograd's contract; metadata is on the nodes
+            compiled = CompiledForward(fw_gm, config, num_params, param_names, name)
             self.compiled.append(compiled)
             return compiled
 

@@ -11,7 +11,6 @@ from conftest import make_backend
 
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_threads_share_one_compiled_module_and_each_gets_its_own_result(mode):
-    torch.set_num_threads(1)
     model = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True).eval()
     opt = sinkgraph.compile(model, backend=make_backend(mode))
     inputs = [torch.randn(1, 6, 32) for _ in range(4)]
