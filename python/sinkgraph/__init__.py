@@ -17,7 +17,17 @@ from .backend import Backend, get_backend
 from .config import CompilerConfig
 from .dynamo import CompiledModule, compile  # noqa: A004
 
-__all__ = ["CompilerConfig", "Error", "compile", "counters", "explain", "get_backend"]
+__all__ = ["CompilerConfig", "Error", "compile", "counters", "explain", "get_backend",
+           "set_log_level"]
+
+__version__ = _C.version()
+
+
+def set_log_level(level):
+    """The C++ library's log level: "error", "warn" (the default), "info" (every
+    trace, capture, re-capture and fallback as it happens) or "debug"; the
+    environment variable SINKGRAPH_LOG sets the starting level."""
+    _C.set_log_level(level)
 
 
 def _target(obj):

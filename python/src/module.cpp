@@ -20,9 +20,11 @@
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ir.h"
+#include "sinkgraph/log.h"
 #include "sinkgraph/op_registry.h"
 #include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
+#include "sinkgraph/version.h"
 #include "torch_fallback.h"
 
 namespace py = pybind11;
@@ -317,6 +319,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("is_traced", &sg::Tensor::is_traced)
       .def("is_contiguous", &sg::Tensor::is_contiguous)
       .def("__repr__", [](const sg::Tensor& t) { return "sinkgraph.Tensor(" + t.str() + ")"; });
+
+  m.def("version", [] { return std::string(sg::version()); });
+  m.def(
+      "set_log_level",
+      [](const std::string& name) { sg::set_log_level(sg::parse_log_level(name)); },
+      py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
+  m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
 
   m.def("from_dlpack", &from_dlpack, "A torch tensor's memory (a DLPack capsule), not copied");
   m.def("to_dlpack", &to_dlpack, "A DLPack capsule viewing the tensor's memory");

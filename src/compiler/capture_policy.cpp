@@ -37,6 +37,11 @@ void CapturePolicy::on_capture(KeyChange change, bool forced, const std::string&
   }
 }
 
+void CapturePolicy::log(const std::string& line) {
+  log_.push_back("call " + std::to_string(calls_) + ": " + line);
+  info("graph @" + graph_name_ + ": " + log_.back());
+}
+
 void CapturePolicy::on_reset() {
   distinct_keys_ = 0;
   eager_forever_ = false;

@@ -37,9 +37,9 @@ class CapturePolicy {
   // reset(): captured keys no longer count toward the limit, and a graph that
   // fell back to eager may capture again.
   void on_reset();
-  void log(const std::string& line) {
-    log_.push_back("call " + std::to_string(calls_) + ": " + line);
-  }
+  // Records a decision for the explain report and logs it at info
+  // (SINKGRAPH_LOG=info shows captures, re-captures and fallbacks as they happen).
+  void log(const std::string& line);
 
   [[nodiscard]] const GraphCounters& counters() const { return counters_; }
   [[nodiscard]] std::int64_t distinct_keys() const { return distinct_keys_; }

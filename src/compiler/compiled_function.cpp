@@ -54,6 +54,7 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
     ++traces_;
     e->compiled = backend_->compile(e->traced);
     log_.push_back("graph " + std::to_string(entries_.size()) + " traced: " + e->reason);
+    detail::info("function @" + options_.graph_name + ": " + log_.back());
     entry = e.get();
     entries_.push_back(std::move(e));
   }

@@ -1,14 +1,15 @@
 #pragma once
-// The library's one logger (internal): warnings and events go through here,
-// never through bare fprintf. Warnings go to stderr by default.
+// The library's one logger, internal side (the public controls are in
+// sinkgraph/log.h): warnings and events go through here, never through bare
+// fprintf.
 #include <string>
+#include <string_view>
+
+#include "sinkgraph/log.h"
 
 namespace sinkgraph::detail {
 
-enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3 };
-
-// Writes "sinkgraph: <level>: <message>" to stderr when `level` is enabled.
-void log(LogLevel level, const std::string& message);
-inline void warn(const std::string& message) { log(LogLevel::warn, message); }
+inline void warn(std::string_view message) { sinkgraph::log(LogLevel::warn, message); }
+inline void info(std::string_view message) { sinkgraph::log(LogLevel::info, message); }
 
 }  // namespace sinkgraph::detail

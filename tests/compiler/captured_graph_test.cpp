@@ -1,4 +1,5 @@
 // reduce-overhead: capture once per graph key, replay with one launch.
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <set>
@@ -11,6 +12,7 @@
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/log.h"
 #include "sinkgraph/op_registry.h"
 #include "sinkgraph/stream.h"
 
@@ -198,6 +200,46 @@ TEST(compiler_capture, capture_limit_then_eager_with_one_warning_and_the_counter
   EXPECT_NE(err.find("capture_limit (2) reached"), std::string::npos) << err;
   EXPECT_EQ(err.find("capture_limit", err.find("capture_limit") + 1), std::string::npos)
       << "warn once";
+}
+
+// At info, the log says what the explain report says, as it happens: each
+// trace, capture, re-capture and fallback (issue 14, SINKGRAPH_LOG=info).
+TEST(compiler_capture, info_log_reports_traces_captures_recaptures_and_fallbacks) {
+  std::vector<std::string> lines;
+  const sg::LogLevel saved = sg::log_level();
+  sg::set_log_level(sg::LogLevel::info);
+  sg::set_log_handler([&](sg::LogLevel, std::string_view m) { lines.emplace_back(m); });
+  const auto contains = [&](const std::string& a, const std::string& b) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
+    });
+  };
+  {
+    const sgtest::Mlp mlp;
+    sg::CompilerConfig c = reduce_overhead();
+    c.capture_limit = 2;
+    auto fn = compile_mlp(mlp, c, /*dynamic=*/true);
+    for (const std::int64_t rows : {1, 2, 1, 3}) {
+      (void)(*fn)({sgtest::random_tensor({rows, 64}, 1)})[0].to_floats();
+    }
+    const sgtest::AttentionBlock block;
+    sg::TraceOptions options;
+    options.graph_name = "attn";
+    auto attn = sg::compile(std::cref(block), sg::get_backend(reduce_overhead()), options);
+    const sg::Tensor x = sgtest::random_tensor({1, 32}, 1);
+    for (int i = 0; i < 2; ++i) {  // a new cache: a new key, captured again
+      (void)(*attn)({x, sg::SymInt(0), sg::ops::zeros({16, 4, 8}), sg::ops::zeros({16, 4, 8})});
+    }
+  }
+  sg::set_log_handler({});
+  sg::set_log_level(saved);
+  EXPECT_TRUE(contains("function @mlp", "traced: first call"));
+  EXPECT_TRUE(contains("graph @mlp", "capture: first call"));
+  EXPECT_TRUE(contains("graph @mlp", "fallback: graph @mlp: capture_limit (2) reached"));
+  EXPECT_TRUE(contains("graph @attn: call 2: capture:", "mutated input"));
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_GE(lines.size(), 6U) << all;
 }
 
 // Issue 11, point 8: each mutated-input address set is its own key within
