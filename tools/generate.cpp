@@ -123,10 +123,11 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   result.prefill_seconds = seconds_since(t0);
   mark("prefill", span_start);
   result.ids.push_back(next);
+  if (options.on_token) options.on_token(next);
 
   // Decode: one token per step. The first step is not timed (it captures).
   const bool on_device = options.chain_on_device && !options.stop_id && !options.keep_logits &&
-                         options.forced_ids.empty();
+                         options.forced_ids.empty() && !options.on_token;
   result.chained_on_device = on_device;
   std::chrono::steady_clock::time_point decode_start;
   if (on_device) {
@@ -170,6 +171,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
       next = pick(logits, options, p + step - 1).to_ints()[0];
       mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
       result.ids.push_back(next);
+      if (options.on_token) options.on_token(next);
       result.step_us.push_back(1e6 * seconds_since(step_start));
       if (step >= 2) ++result.timed_decode_steps;
     }
@@ -184,6 +186,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     result.prefill_counters = prefill->counters();
     result.decode_counters = decode->counters();
     result.explain =
+        "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
+    result.explain_full =
         "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
   }
   if (options.trace) {

@@ -2,6 +2,7 @@
 // The generation driver behind `sinkgraph generate`: prefill + decode loop of
 // a Llama model in one of the three modes (DESIGN.md, "sinkgraph generate").
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,10 @@ struct GenerateOptions {
   // token, and reads all ids once at the end. false: the host reads each id
   // before the next step (the loop a stop id needs).
   bool chain_on_device = true;
+  // Called with each generated id as soon as the host has it (`generate
+  // --stream`). Setting it makes the host read every token before the next
+  // step: one wait per token, as a stop id does.
+  std::function<void(std::int64_t)> on_token;
   // Teacher forcing (benchmarks and tests): decode step k feeds forced_ids[k-1]
   // instead of the token picked at step k-1; the picked ids are still reported.
   std::vector<std::int64_t> forced_ids;
@@ -53,7 +58,9 @@ struct GenerateResult {
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t kv_cache_bytes = 0;  // the KV cache: prompt + steps positions
-  std::string explain;              // compiled functions' reports (empty in eager mode)
+  // The compiled functions' reports (empty in eager mode): decisions and one
+  // line per device graph; explain_full adds every node of every device graph.
+  std::string explain, explain_full;
   std::vector<TraceEvent> trace;
   std::vector<std::string> notes;  // what the user should know (on stderr)
 };

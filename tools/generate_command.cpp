@@ -8,9 +8,11 @@
 #include <fmt/core.h>
 
 #include "commands.h"
+#include "default_model.h"
 #include "generate.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
+#include "sinkgraph/log.h"
 
 namespace sinkgraph::tools {
 
@@ -28,7 +30,8 @@ struct CliOptions {
   bool print_ids = false;
   std::string dump_logits;
   bool stats = false;
-  bool explain = false;
+  std::string explain;  // "" (not asked), "summary" or "full"
+  bool stream = false;
   std::string trace;
 };
 
@@ -75,9 +78,14 @@ std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path, const 
   return nullptr;
 }
 
+// --model: a path, "builtin" (the random built-in model) or, when absent,
+// the shipped stories260K checkpoint.
+constexpr const char* kBuiltin = "builtin";
+
 int run(const CliOptions& o) {
   SG_CHECK(o.model_option == nullptr || o.model_option->count() == 0 || !o.model.empty(),
-           "--model: the path is empty (leave --model out for the built-in model)");
+           "--model: the path is empty (leave --model out for the shipped stories260K model, or "
+           "pass --model builtin for the random built-in model)");
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
   g.steps = o.steps;
@@ -95,17 +103,32 @@ int run(const CliOptions& o) {
   // stdout holds only the requested lines when --print-ids or --stats is given.
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
-  const models::LlamaModel model = o.model.empty()
+  const std::string model_path = o.model.empty() ? default_model_path() : o.model;
+  const models::LlamaModel model = model_path == kBuiltin
                                        ? models::random_model(models::builtin_config(), 0)
-                                       : models::load_model(o.model);
+                                       : models::load_model(model_path);
   const models::LlamaConfig& c = model.config();
   const auto prompt_tokens = static_cast<std::int64_t>(g.prompt.size());
   SG_CHECK(prompt_tokens <= c.max_seq_len && g.steps <= c.max_seq_len - prompt_tokens, "prompt (",
            g.prompt.size(), " tokens) plus --steps ", g.steps, " exceeds the model's seq_len ",
            c.max_seq_len);
 
+  // Note [Streaming]: --stream writes the ids line as the ids come, the same
+  // line --print-ids or the summary would print, one id at a time, flushed.
+  // Each id must reach the host before it is printed, so the decode loop
+  // waits for every token (the loop a stop id uses) instead of chaining
+  // tokens on the device; with --stats alone there is no ids line to stream.
+  const bool ids_line = o.print_ids || !machine;
+  if (o.stream && ids_line) {
+    std::fputs("ids:", stdout);
+    g.on_token = [](std::int64_t id) {
+      std::printf(" %lld", static_cast<long long>(id));
+      std::fflush(stdout);
+    };
+  }
   const GenerateResult r = generate(model, g);
-  for (const auto& note : r.notes) std::fprintf(stderr, "sinkgraph: warning: %s\n", note.c_str());
+  if (o.stream && ids_line) std::fputs("\n", stdout);
+  for (const auto& note : r.notes) sinkgraph::log(LogLevel::warn, note);
 
   if (logits_file) {
     logits_file->write(std::string_view(reinterpret_cast<const char*>(r.logits.data()),
@@ -116,22 +139,23 @@ int run(const CliOptions& o) {
     trace_file->write(chrome_trace_json(r));
     trace_file->commit();
   }
-  if (o.explain)
-    std::fprintf(report, "%s",
-                 r.explain.empty() ? "eager mode: nothing compiled\n" : r.explain.c_str());
+  if (!o.explain.empty()) {
+    const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
+    std::fprintf(report, "%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str());
+  }
 
   std::string ids;
   for (const auto id : r.ids) ids += (ids.empty() ? "" : " ") + std::to_string(id);
-  if (o.print_ids) std::printf("ids: %s\n", ids.c_str());
+  if (o.print_ids && !o.stream) std::printf("ids: %s\n", ids.c_str());
   if (!machine) {
     const double tps =
         r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0;
     GraphCounters sum = r.prefill_counters;
     sum += r.decode_counters;
-    std::printf("model: %s\n",
-                o.model.empty() ? ("built-in (" + c.str() + ")").c_str() : o.model.c_str());
+    if (!o.stream) std::printf("ids: %s\n", ids.c_str());
+    std::printf("model: %s (%s)\n", model_path == kBuiltin ? "built-in random" : model_path.c_str(),
+                c.str().c_str());
     std::printf("mode: %s\n", o.mode.c_str());
-    std::printf("ids: %s\n", ids.c_str());
     std::printf("prefill: %zu tokens in %.2f ms\n", g.prompt.size(), r.prefill_seconds * 1e3);
     std::printf("decode: %.1f tokens/s (%.1f us per token over %lld steps after the first)\n", tps,
                 tps > 0 ? 1e6 / tps : 0.0, static_cast<long long>(r.timed_decode_steps));
@@ -152,9 +176,11 @@ int run(const CliOptions& o) {
 void add_generate_command(CLI::App& app, int& status) {
   auto o = std::make_shared<CliOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate token ids with a Llama model");
-  o->model_option = cmd->add_option("--model", o->model,
-                                    "llama2.c .bin, .safetensors (config.json beside it) or a "
-                                    "folder; default: the built-in random model");
+  o->model_option =
+      cmd->add_option("--model", o->model,
+                      "llama2.c .bin, .safetensors (config.json beside it), a folder (ours or a "
+                      "Hugging Face Llama), or 'builtin' (random, dim 288); default: the shipped "
+                      "stories260K");
   cmd->add_option("--prompt-ids", o->prompt_ids,
                   "prompt token ids, space separated (default: \"1\", BOS)");
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
@@ -167,8 +193,12 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write every row of logits as raw little-endian f32");
   cmd->add_flag("--stats", o->stats, "print one JSON line of statistics, last");
-  cmd->add_flag("--explain", o->explain,
-                "print the explain report (stderr with --stats or --print-ids)");
+  cmd->add_flag("--explain{summary}", o->explain,
+                "print the explain report: decisions and one line per device graph; "
+                "--explain=full adds every node (stderr with --stats or --print-ids)")
+      ->check(CLI::IsMember({"summary", "full"}));
+  cmd->add_flag("--stream", o->stream,
+                "print each id as it is produced (the host waits for every token)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace event JSON file (Perfetto opens it)");
   cmd->callback([o, &status] { status = run(*o); });
 }

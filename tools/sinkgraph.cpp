@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
+#include "sinkgraph/version.h"
 
 namespace {
 
@@ -34,6 +35,8 @@ bool stdout_ok() {
 int main(int argc, char** argv) {
   for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, on_fatal_signal);
   CLI::App app{"sinkgraph: graph capture-and-replay runtime"};
+  app.set_version_flag("--version", std::string("sinkgraph ") + sinkgraph::version(),
+                       "print 'sinkgraph X.Y.Z' and exit");
   app.require_subcommand(1);
   int status = 0;
   sinkgraph::tools::add_generate_command(app, status);
