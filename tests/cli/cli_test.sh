@@ -189,7 +189,7 @@ check dump-too-large 2 -- bash -c "trap '' XFSZ; ulimit -f 1; exec '$bin' genera
 expect dump-too-large-said grep -q "File too large" "$tmp/err"
 expect dump-too-large-nothing test ! -e "$tmp/h/l.bin"
 expect dump-too-large-no-temp nothing_left "$tmp/h"
-"$bin" generate --steps 255 --mode eager --dump-logits "$tmp/h/int.bin" --trace "$tmp/h/int.json" \
+"$bin" generate --model builtin --steps 255 --mode eager --dump-logits "$tmp/h/int.bin" --trace "$tmp/h/int.json" \
   >/dev/null 2>&1 &
 sleep 0.3
 kill -INT $! 2>/dev/null
@@ -243,6 +243,57 @@ check big-seq-len 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-head
   --vocab 64 --seq-len 1048576 --seed 3 --format llama2c --out "$tmp/h/long.bin"
 check kv-cache-sized 0 -- "$bin" generate --model "$tmp/h/long.bin" --steps 4 --stats
 expect kv-cache-bytes python3 -c "import json,sys; s=json.loads(open('$tmp/out').read().splitlines()[-1]); sys.exit(0 if s['kv_cache_bytes'] == 2*2*5*2*8*4 else 1)"
+
+# --version: one line, "sinkgraph X.Y.Z".
+check version 0 -- "$bin" --version
+expect version-line grep -qxE 'sinkgraph [0-9]+\.[0-9]+\.[0-9]+' "$tmp/out"
+expect version-one-line test "$(wc -l <"$tmp/out")" = 1
+
+# The default model is the shipped stories260K: every mode reproduces its
+# reference ids (models/stories260K/bos_greedy_200.txt, from llama2.c).
+read -r -a shipped <"$src/models/stories260K/bos_greedy_200.txt"
+for mode in eager reduce-overhead max-autotune; do
+  check "default-model-$mode" 0 -- "$bin" generate --steps 200 --mode "$mode" --print-ids
+  expect "default-model-$mode-ids" test "$(cat "$tmp/out")" = "ids: ${shipped[*]}"
+done
+check default-summary 0 -- "$bin" generate --steps 4
+expect default-summary-names-model grep -q "^model: .*share/sinkgraph/stories260K/stories260K.bin" "$tmp/out"
+check builtin 0 -- "$bin" generate --model builtin --steps 3 --print-ids --stats
+expect builtin-vocab python3 -c "import json,sys; s=json.loads(open('$tmp/out').read().splitlines()[-1]); sys.exit(0 if s['generated_tokens'] == 3 else 1)"
+check builtin-summary 0 -- "$bin" generate --model builtin --steps 3
+expect builtin-summary-said grep -q "^model: built-in random (dim 288" "$tmp/out"
+check empty-model 2 -- "$bin" generate --model ""
+expect empty-model-said grep -q "builtin" "$tmp/err"
+
+# --stream: the same ids line, written id by id; the host waits per token.
+check stream 0 -- "$bin" generate --steps 12 --stream --print-ids --stats
+expect stream-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:12}"
+expect stream-two-lines test "$(wc -l <"$tmp/out")" = 2
+check stream-summary 0 -- "$bin" generate --steps 12 --stream --mode max-autotune
+expect stream-summary-ids test "$(grep -c '^ids: ' "$tmp/out")" = 1
+expect stream-summary-first test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:12}"
+# ${shipped[6]} (378) first appears at index 6.
+check stream-stop 0 -- "$bin" generate --steps 12 --stream --print-ids --stop-id "${shipped[6]}"
+expect stream-stop-ids test "$(cat "$tmp/out")" = "ids: ${shipped[*]:0:7}"
+
+# --explain: decisions and one line per device graph; =full adds every node.
+check explain-summary 0 -- "$bin" generate --steps 4 --explain --print-ids
+cp "$tmp/err" "$tmp/explain_summary"
+check explain-full 0 -- "$bin" generate --steps 4 --explain=full --print-ids
+expect explain-summary-has-keys grep -q "key 0: .* nodes, captured in" "$tmp/explain_summary"
+expect explain-summary-no-nodes bash -c "! grep -q 'device graph:' '$tmp/explain_summary'"
+expect explain-full-has-nodes grep -q "device graph: .* nodes on 1 stream" "$tmp/err"
+expect explain-full-longer test "$(wc -l <"$tmp/err")" -gt "$(($(wc -l <"$tmp/explain_summary") + 50))"
+check explain-bad 2 -- "$bin" generate --steps 4 --explain=everything
+
+# SINKGRAPH_LOG: info shows traces and captures as they happen; default warn.
+check log-info 0 -- env SINKGRAPH_LOG=info "$bin" generate --steps 3 --print-ids
+expect log-info-trace grep -q "^sinkgraph: info: function @decode: graph 0 traced: first call" "$tmp/err"
+expect log-info-capture grep -q "^sinkgraph: info: graph @decode: call 1: capture: first call" "$tmp/err"
+check log-default 0 -- env -u SINKGRAPH_LOG "$bin" generate --steps 3 --print-ids
+expect log-default-quiet test ! -s "$tmp/err"
+check log-bad 0 -- env SINKGRAPH_LOG=loud "$bin" generate --steps 3 --print-ids
+expect log-bad-said grep -q "SINKGRAPH_LOG: unknown log level 'loud'" "$tmp/err"
 
 # The shared reference model, when present.
 if [[ -f $shared/stories260K.bin ]]; then

@@ -1,0 +1,40 @@
+"""The package's version and log level (issue 14)."""
+import pathlib
+import re
+
+import pytest
+import torch
+
+import sinkgraph
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_version_is_the_headers():
+    text = (ROOT / "include" / "sinkgraph" / "version.h").read_text()
+    parts = [re.search(rf"#define SINKGRAPH_VERSION_{p} (\d+)", text).group(1)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    assert sinkgraph.__version__ == ".".join(parts)
+
+
+def test_log_level_info_reports_captures(capfd):
+    config = sinkgraph.CompilerConfig()
+    config.mode = "reduce-overhead"
+    model = torch.nn.Linear(8, 8).eval()
+    opt = sinkgraph.compile(model, backend=sinkgraph.get_backend(compiler_config=config))
+    saved = sinkgraph._C.log_level()
+    sinkgraph.set_log_level("info")
+    try:
+        with torch.no_grad():
+            opt(torch.randn(2, 8))
+            opt(torch.randn(2, 8))
+    finally:
+        sinkgraph.set_log_level(saved)
+    err = capfd.readouterr().err
+    assert re.search(r"sinkgraph: info: graph @\S+: call 1: capture: first call", err), err
+    assert "call 2" not in err, "a replay is not an event"
+
+
+def test_bad_log_level_is_an_error():
+    with pytest.raises(sinkgraph.Error, match="error, warn, info or debug"):
+        sinkgraph.set_log_level("chatty")
