@@ -91,22 +91,54 @@ class SG_API LlamaModel {
 SG_API LlamaConfig builtin_config();
 SG_API LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed);
 
-// Checkpoints. load_model() picks the reader: a file ending in .safetensors
-// (with config.json beside it), a folder holding model.safetensors and
-// config.json, or a llama2.c .bin file. Every problem (truncated file, sizes
-// that disagree with the header or config, absurd dimensions, a missing or
-// misshapen tensor) is a sinkgraph::Error naming the file and the tensor.
+// Checkpoints (docs/model.md). load_model() picks the reader:
+// - a folder with config.json and model.safetensors, or with config.json and
+//   model.safetensors.index.json plus the shards it lists (Hugging Face only);
+// - a file ending in .safetensors, with config.json beside it;
+// - a file ending in model.safetensors.index.json, with config.json beside it;
+// - anything else: a llama2.c .bin file.
+// A config.json with "model_type" is Hugging Face's (HF keys and tensor
+// names, RopeStyle::half); without it, our own layout. Every problem
+// (truncated file, sizes that disagree with the header or config, absurd
+// dimensions, a missing or misshapen tensor, a config key that changes the
+// math and is not implemented, an index that disagrees with its shards) is a
+// sinkgraph::Error naming the file and the tensor or key.
 SG_API LlamaModel load_model(const std::string& path);
 SG_API LlamaModel load_llama2c(const std::string& path);
+// `path`: one .safetensors file of either layout (config_path says which).
 SG_API LlamaModel load_safetensors(const std::string& path, const std::string& config_path);
 // Parsers over bytes already in memory (what the loaders and fuzzers call).
 SG_API LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name);
 SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes,
                                     const std::string& config_json, const std::string& name);
 
-enum class CheckpointFormat : std::uint8_t { llama2c, safetensors };
-// Writes `model` at `path` (safetensors: also config.json beside it).
+// llama2c: a llama2.c .bin file. safetensors: our layout (model.safetensors
+// and config.json). hf: a Hugging Face Llama folder (config.json and
+// model.safetensors, or shards with model.safetensors.index.json).
+enum class CheckpointFormat : std::uint8_t { llama2c, safetensors, hf };
+// The format load_model(path) reads (it reads config.json to tell
+// safetensors from hf); throws sinkgraph::Error as load_model would.
+SG_API CheckpointFormat checkpoint_format(const std::string& path);
+// Writes `model` at `path`: llama2c a file; safetensors a file (or a folder,
+// then model.safetensors in it) with config.json beside it; hf a folder
+// (created if missing) as save_hf with one shard.
 SG_API void save_model(const LlamaModel& model, const std::string& path, CheckpointFormat format,
                        DType dtype = DType::f32);
+// Writes `model` as a Hugging Face Llama checkpoint in folder `dir` (created
+// if missing): config.json, and model.safetensors when `shards` is 1, else
+// model-0000k-of-0000N.safetensors files and model.safetensors.index.json.
+// An interleaved model's q and k rows are permuted (convert_rope_style) as
+// HF's own conversion script does. Shards are written first, config.json
+// last; stale files of another sharding of this layout are removed.
+SG_API void save_hf(const LlamaModel& model, const std::string& dir, DType dtype = DType::f32,
+                    std::int64_t shards = 1);
+// The same model with the other rotary convention: the q and k projection
+// rows are permuted within each head ((2i, 2i+1) <-> (i, i+D/2)), so that
+// `style`'s rotation of the permuted projections equals the old style's
+// rotation of the old ones (attention scores are unchanged up to float
+// rounding: a dot product over the same pairs in another order). Other
+// weights are shared with `model`; returns `model` itself when the style
+// already matches.
+SG_API LlamaModel convert_rope_style(const LlamaModel& model, ops::RopeStyle style);
 
 }  // namespace sinkgraph::models

@@ -171,6 +171,9 @@ void save_model(const LlamaModel& model, const std::string& path, CheckpointForm
     case CheckpointFormat::safetensors:
       detail::save_safetensors(model, path, dtype);
       return;
+    case CheckpointFormat::hf:
+      detail::save_hf_checkpoint(model, path, dtype, 1);
+      return;
   }
   SG_CHECK(false, path, ": unknown checkpoint format ", static_cast<int>(format));
 }

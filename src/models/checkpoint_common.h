@@ -77,5 +77,7 @@ void validate_config(const LlamaConfig& config, const std::string& source);
 // The writers behind save_model().
 void save_llama2c(const LlamaModel& model, const std::string& path, DType dtype);
 void save_safetensors(const LlamaModel& model, const std::string& path, DType dtype);
+void save_hf_checkpoint(const LlamaModel& model, const std::string& dir, DType dtype,
+                        std::int64_t shards);
 
 }  // namespace sinkgraph::models::detail
