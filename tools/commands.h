@@ -9,5 +9,6 @@ void add_generate_command(CLI::App& app, int& status);
 void add_make_model_command(CLI::App& app, int& status);
 void add_ir_command(CLI::App& app, int& status);
 void add_demo_command(CLI::App& app, int& status);
+void add_convert_command(CLI::App& app, int& status);
 
 }  // namespace sinkgraph::tools

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   sinkgraph::tools::add_make_model_command(app, status);
   sinkgraph::tools::add_ir_command(app, status);
   sinkgraph::tools::add_demo_command(app, status);
+  sinkgraph::tools::add_convert_command(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

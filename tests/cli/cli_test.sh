@@ -295,10 +295,59 @@ expect log-default-quiet test ! -s "$tmp/err"
 check log-bad 0 -- env SINKGRAPH_LOG=loud "$bin" generate --steps 3 --print-ids
 expect log-bad-said grep -q "SINKGRAPH_LOG: unknown log level 'loud'" "$tmp/err"
 
+# sinkgraph convert (docs/model.md): llama2.c to Hugging Face layout and back.
+check convert 0 -- "$bin" convert --from llama2c "$tmp/m.bin" --to hf "$tmp/hf1"
+expect convert-silent test ! -s "$tmp/out"
+expect convert-files test -f "$tmp/hf1/model.safetensors" -a -f "$tmp/hf1/config.json"
+check convert-ids 0 -- "$bin" generate --model "$tmp/hf1" --steps 5 --print-ids
+expect convert-same-ids test "$(cat "$tmp/out")" = "$ids_ro"
+check convert-sharded 0 -- "$bin" convert --from llama2c "$tmp/m.bin" --to hf "$tmp/hf2" --shards 2 --dtype bf16
+expect convert-sharded-files test -f "$tmp/hf2/model.safetensors.index.json" -a -f "$tmp/hf2/model-00002-of-00002.safetensors"
+check convert-sharded-loads 0 -- "$bin" generate --model "$tmp/hf2" --steps 5 --print-ids
+check convert-back 0 -- "$bin" convert --from hf "$tmp/hf1" --to llama2c "$tmp/back.bin"
+expect convert-back-bitwise cmp -s "$tmp/m.bin" "$tmp/back.bin"
+check convert-from-mismatch 2 -- "$bin" convert --from safetensors "$tmp/hf1" --to hf "$tmp/x"
+expect convert-from-mismatch-said grep -q "is a hf checkpoint, not safetensors" "$tmp/err"
+check convert-shards-zero 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to hf "$tmp/x" --shards 0
+check convert-shards-too-many 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to hf "$tmp/x" --shards 100
+expect convert-shards-too-many-said grep -q "every shard needs at least one tensor" "$tmp/err"
+check convert-shards-not-hf 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to safetensors "$tmp/x" --shards 2
+check convert-dtype-llama2c 2 -- "$bin" convert --from hf "$tmp/hf1" --to llama2c "$tmp/x.bin" --dtype bf16
+check convert-bad-format 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to onnx "$tmp/x"
+check convert-missing 2 -- "$bin" convert --from llama2c "$tmp/nope.bin" --to hf "$tmp/x"
+expect convert-missing-said grep -q "nope.bin" "$tmp/err"
+expect convert-nothing-written test ! -e "$tmp/x" -a ! -e "$tmp/x.bin"
+mkdir -p "$tmp/hfbad"
+cp "$tmp/hf1/config.json" "$tmp/hfbad/"
+python3 - "$tmp/hf2" "$tmp/hfbad" <<'PY'
+import json, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+index = json.load(open(f"{src}/model.safetensors.index.json"))
+for f in set(index["weight_map"].values()):
+    shutil.copy(f"{src}/{f}", f"{dst}/{f}")
+index["weight_map"]["model.norm.weight"] = "../model-00002-of-00002.safetensors"
+json.dump(index, open(f"{dst}/model.safetensors.index.json", "w"))
+PY
+check convert-index-escape 2 -- "$bin" generate --model "$tmp/hfbad" --steps 2
+expect convert-index-escape-said grep -q "not a plain file name" "$tmp/err"
+
 # The shared reference model, when present.
 if [[ -f $shared/stories260K.bin ]]; then
   check stories 0 -- "$bin" generate --model "$shared/stories260K.bin" --steps 200 --print-ids
   expect stories-greedy test "$(cut -d' ' -f2- "$tmp/out")" = "$(tr -s ' \n' ' ' <"$shared/bos_greedy_200.txt" | sed 's/ $//')"
+  # Converted to Hugging Face layout (3 shards), every mode keeps the reference ids.
+  check stories-convert 0 -- "$bin" convert --from llama2c "$shared/stories260K.bin" --to hf "$tmp/hfs" --shards 3
+  for mode in eager reduce-overhead max-autotune; do
+    check "stories-hf-$mode" 0 -- "$bin" generate --model "$tmp/hfs" --steps 200 --print-ids --mode "$mode"
+    expect "stories-hf-$mode-greedy" test "$(cut -d' ' -f2- "$tmp/out")" = "$(tr -s ' \n' ' ' <"$shared/bos_greedy_200.txt" | sed 's/ $//')"
+  done
+  # HF's own math (rotate_half) on the converted files, where torch is installed.
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    check stories-hf-torch-reference 0 -- /usr/bin/python3 "$src/tests/models/hf_reference.py" "$tmp/hfs" \
+      "$shared/bos_greedy_200.txt" "$shared/bos_logits_64x512.f32"
+  else
+    echo "skipped: the HF torch reference (no torch for /usr/bin/python3)"
+  fi
 else
   echo "skipped: $shared is absent (the shared reference model)"
 fi
