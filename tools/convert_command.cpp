@@ -87,7 +87,7 @@ void add_convert_command(CLI::App& app, int& status) {
     }
     std::cerr << "wrote " << o->output << " (" << o->to << ", " << o->dtype;
     if (o->shards > 1) std::cerr << ", " << o->shards << " shards";
-    std::cerr << "; " << model.config().str() << ")\n";
+    std::cerr << ") from " << o->input << " (" << o->from << ")\n";
     status = 0;
   });
 }

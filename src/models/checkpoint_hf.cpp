@@ -4,7 +4,6 @@
 // between the two rotary conventions.
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -238,11 +237,14 @@ std::string hf_config_json(const LlamaConfig& c, DType dtype) {
   return j.dump(2) + "\n";
 }
 
+// HF's shard names: "model-00001-of-00003.safetensors" (5 digits; a model
+// has fewer tensors than that).
 std::string shard_file(std::int64_t k, std::int64_t n) {
-  char name[64];
-  std::snprintf(name, sizeof name, "model-%05lld-of-%05lld.safetensors",
-                static_cast<long long>(k + 1), static_cast<long long>(n));
-  return name;
+  const auto five = [](std::int64_t v) {
+    const std::string digits = std::to_string(v);
+    return std::string(digits.size() < 5 ? 5 - digits.size() : 0, '0') + digits;
+  };
+  return "model-" + five(k + 1) + "-of-" + five(n) + ".safetensors";
 }
 
 // "model-00001-of-00003.safetensors": a shard name of this layout.
