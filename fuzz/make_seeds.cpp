@@ -1,7 +1,8 @@
 // Writes the seed corpora of the checkpoint fuzzers: tiny random models of
 // fuzz_models.h's config in each format, dtype and classifier layout.
-// Usage: make_seeds OUT_DIR   (writes OUT_DIR/llama2c/*, OUT_DIR/safetensors/*
-// and OUT_DIR/config/*: the config.json files written beside them)
+// Usage: make_seeds OUT_DIR   (writes OUT_DIR/llama2c/*, OUT_DIR/safetensors/*,
+// OUT_DIR/config/*: the config.json files written beside them, ours and
+// Hugging Face's, and OUT_DIR/index/*: a Hugging Face shard index)
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   fs::create_directories(out / "llama2c");
   fs::create_directories(out / "safetensors");
   fs::create_directories(out / "config");
+  fs::create_directories(out / "index");
   for (const bool shared : {true, false}) {
     models::LlamaConfig c = sinkgraph::fuzz::tiny_config();
     c.shared_classifier = shared;
@@ -41,6 +43,19 @@ int main(int argc, char** argv) {
                      (tag + "_" + std::string(sinkgraph::dtype_name(dtype)) + ".safetensors"));
       fs::remove_all(dir);
     }
+  }
+  // Hugging Face layout: its config.json (config_fuzz reads it against our
+  // layout's tensors, so the HF config parser runs to its end) and the index
+  // of the two-shard checkpoint that index_fuzz holds in memory.
+  {
+    const fs::path dir = out / "tmp_hf";
+    models::save_hf(models::random_model(sinkgraph::fuzz::tiny_config(), 1), dir.string(),
+                    sinkgraph::DType::f32, 2);
+    fs::copy_file(dir / "config.json", out / "config" / "hf.json",
+                  fs::copy_options::overwrite_existing);
+    fs::copy_file(dir / "model.safetensors.index.json", out / "index" / "two_shards.json",
+                  fs::copy_options::overwrite_existing);
+    fs::remove_all(dir);
   }
   return 0;
 }
