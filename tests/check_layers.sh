@@ -11,6 +11,7 @@ layers=(core runtime kernels ops ir trace passes compiler models)
 # Which public header belongs to which layer.
 declare -A header_layer=(
   [export.h]=core [error.h]=core [dtype.h]=core [symint.h]=core [shape.h]=core [files.h]=core
+  [log.h]=core [version.h]=core
   [kernel_abi.h]=runtime [device.h]=runtime [stream.h]=runtime [event.h]=runtime [allocator.h]=runtime [device_graph.h]=runtime
   [op_registry.h]=ops [tensor.h]=ops [ops.h]=ops
   [ir.h]=ir [trace.h]=trace [passes.h]=passes [compiler.h]=compiler [llama.h]=models [device_graph.h]=runtime

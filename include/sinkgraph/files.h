@@ -17,7 +17,8 @@
 // remove_temp_files_on_signal()). Creating the temporary up front also proves
 // the destination writable before any work. An existing destination that is
 // not a regular file (a device, a FIFO, a folder, a symlink) is refused, never
-// replaced.
+// replaced. The output gets the mode a plain create would give it (0666 less
+// the umask), or keeps the mode of the file it replaces.
 #include <cstddef>
 #include <cstdint>
 #include <string>

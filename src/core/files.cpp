@@ -93,10 +93,25 @@ std::string read_text_file(const std::string& path, std::uint64_t limit, const c
   return text;
 }
 
+namespace {
+// The process's umask, read once. umask() can only be read by setting it, so
+// it is set back at once; a program that changes its umask on another thread
+// at that very moment could race, which is why this runs once, not per file.
+mode_t process_umask() {
+  static const mode_t mask = [] {
+    const mode_t m = ::umask(022);
+    ::umask(m);
+    return m;
+  }();
+  return mask;
+}
+}  // namespace
+
 TempFile::TempFile(std::string path) : path_(std::move(path)) {
   SG_CHECK(!path_.empty(), "the output path is empty");
   struct stat st {};
-  if (::lstat(path_.c_str(), &st) == 0) {
+  const bool exists = ::lstat(path_.c_str(), &st) == 0;
+  if (exists) {
     SG_CHECK(S_ISREG(st.st_mode), path_,
              ": exists and is not a regular file (a symlink, device, FIFO or folder); refusing "
              "to replace it");
@@ -105,6 +120,9 @@ TempFile::TempFile(std::string path) : path_(std::move(path)) {
   fd_ = ::mkstemp(temp_.data());
   SG_CHECK(fd_ >= 0, path_, ": cannot write here: ", reason(errno));
   ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
+  // mkstemp creates the temporary 0600; the output gets the mode a plain
+  // open(O_CREAT, 0666) would give it, or keeps the mode of the file it replaces.
+  ::fchmod(fd_, exists ? (st.st_mode & 07777) : (0666 & ~process_umask()));
   slot_ = register_temp(temp_);
 }
 

@@ -37,6 +37,9 @@ check make-model 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads
 check make-model-st 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
   --vocab 64 --seq-len 32 --seed 3 --format safetensors --dtype bf16 --rope-style half --out "$tmp/st/model.safetensors"
 
+# Outputs get the mode a plain create gives (not mkstemp's 0600): others can read a model.
+expect make-model-mode test "$(stat -c %a "$tmp/m.bin")" = "$(printf '%o' $((0666 & ~$(umask))))"
+
 # --print-ids: one line, generated ids only.
 check print-ids 0 -- "$bin" generate --model "$tmp/m.bin" --steps 5 --print-ids
 expect print-ids-one-line test "$(wc -l <"$tmp/out")" = 1
