@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
-#include <string>
-#include <vector>
-
 #include <sinkgraph/compiler.h>
 #include <sinkgraph/error.h>
 #include <sinkgraph/llama.h>
 #include <sinkgraph/ops.h>
 #include <sinkgraph/version.h>
+#include <string>
+#include <vector>
 
 namespace sg = sinkgraph;
 

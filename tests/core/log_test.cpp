@@ -1,4 +1,6 @@
 // The logger (sinkgraph/log.h) and the version (sinkgraph/version.h).
+#include "sinkgraph/log.h"
+
 #include <string>
 #include <thread>
 #include <utility>
@@ -7,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include "sinkgraph/error.h"
-#include "sinkgraph/log.h"
 #include "sinkgraph/version.h"
 
 namespace {
@@ -20,9 +21,8 @@ class LogCapture {
  public:
   explicit LogCapture(sg::LogLevel level) : saved_(sg::log_level()) {
     sg::set_log_level(level);
-    sg::set_log_handler([this](sg::LogLevel l, std::string_view m) {
-      lines.emplace_back(l, std::string(m));
-    });
+    sg::set_log_handler(
+        [this](sg::LogLevel l, std::string_view m) { lines.emplace_back(l, std::string(m)); });
   }
   ~LogCapture() {
     sg::set_log_handler({});
