@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The layering rule: a layer never includes a layer above it. Layers, bottom up:
-#   core < runtime < kernels < ops < ir < trace < passes < compiler < models
+#   core < runtime < kernels < ops < ir < trace < passes < codegen < compiler < models
 # Model code sits above the compiler in the build, but must not use it: it is
 # mode-agnostic (checked below).
 # Each src/<layer>/ file may include public headers of its own layer or lower
 # ones, and src/ internals of its own layer or lower ones.
 set -euo pipefail
 root=${1:-$(dirname "$0")/..}
-layers=(core runtime kernels ops ir trace passes compiler models)
+layers=(core runtime kernels ops ir trace passes codegen compiler models)
 # Which public header belongs to which layer.
 declare -A header_layer=(
   [export.h]=core [error.h]=core [dtype.h]=core [symint.h]=core [shape.h]=core [files.h]=core
@@ -27,7 +27,7 @@ for layer in "${layers[@]}"; do
         h=${BASH_REMATCH[1]}
         target=${header_layer[$h]:-}
         if [[ -z $target ]]; then echo "$file: public header $inc has no layer in check_layers.sh"; status=1; continue; fi
-      elif [[ $inc =~ (^|/)(core|runtime|kernels|ops|ir|trace|passes|compiler|models)/ ]]; then
+      elif [[ $inc =~ (^|/)(core|runtime|kernels|ops|ir|trace|passes|codegen|compiler|models)/ ]]; then
         target=${BASH_REMATCH[2]}
       fi
       [[ -z $target ]] && continue

@@ -224,6 +224,10 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
   j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
   j["peak_allocated_bytes"] = r.peak_allocated_bytes;
   j["kv_cache_bytes"] = r.kv_cache_bytes;
+  // max-autotune's code generation: kernels in the decode graph, and regions
+  // of both functions served by the compile cache.
+  j["codegen_kernels"] = r.decode_counters.codegen_kernels;
+  j["compile_cache_hits"] = sum.compile_cache_hits;
   return j.dump();
 }
 

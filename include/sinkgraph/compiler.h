@@ -49,6 +49,12 @@ struct SG_API CompilerConfig {
   std::string debug_save;                 // folder: the IR after every pass
   std::string data_dump;                  // folder: every node's outputs from one eager run
   std::int64_t recompile_limit = 8;       // guard sets per compiled function
+  // max-autotune only: generate C++ for the captured graph's regions (Note
+  // [Generated regions] in src/codegen/region.cpp); false keeps every kernel.
+  bool codegen = true;
+  // The compile cache's folder; empty: SINKGRAPH_CACHE_DIR, else
+  // $XDG_CACHE_HOME/sinkgraph (docs/codegen.md).
+  std::string cache_dir;
 
   // Sets an option from text ("mode", "reduce-overhead"; "capture_limit", "4";
   // booleans "true"/"false"). Unknown names and invalid values throw
@@ -73,6 +79,10 @@ struct SG_API GraphCounters {
   // bound of the graph's intermediates (every capturing mode).
   std::int64_t planned_arena_bytes = 0;
   std::int64_t liveness_lower_bound_bytes = 0;
+  // max-autotune code generation, for the largest captured key: generated
+  // kernels in its device graph; and compilations served by the compile cache.
+  std::int64_t codegen_kernels = 0;
+  std::int64_t compile_cache_hits = 0;
   GraphCounters& operator+=(const GraphCounters& o);
 };
 

@@ -187,8 +187,15 @@ using NodeObserver = std::function<void(const Node& node, const Tensor& output)>
 // `placed` cat, whose memory is the cat's: the cat is asked before its first
 // operand is produced). A memory plan is one (passes::MemoryPlan).
 using PlacementFn = std::function<Tensor(const Node& node)>;
+// Runs one node instead of the dispatcher (a capture that generates code
+// for some nodes): the node, its operands and concrete scalars, and its placed
+// output (undefined when none); returns the node's result as run_op would.
+using NodeRunner =
+    std::function<Tensor(const Node& node, std::span<const Tensor* const> operands,
+                         std::span<const ScalarValue> scalars, const Tensor& placed)>;
 SG_API std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
                                       const NodeObserver& observer = {},
-                                      const PlacementFn& placement = {});
+                                      const PlacementFn& placement = {},
+                                      const NodeRunner& runner = {});
 
 }  // namespace sinkgraph::ir

@@ -109,6 +109,41 @@ struct OpTraits {
 // scalar at its schema slot.
 using KernelScalarsFn = int (*)(const ShapeArgs& args, ScalarArg* slots);
 
+// Note [Operator emitters]
+// How max-autotune's code generation writes an operator as C++ (src/codegen/,
+// Note [Generated regions]): the code generator is a backend, so like kernels
+// its emitters are registered per operator (OpRegistry::set_emitter) and read
+// from the operator's one definition. An emitter appends a loop nest that
+// computes the output from the inputs, specialised to their concrete shapes
+// and strides. Tensors are named by C++ expressions of pointer type (already
+// offset to the first element); strides are in elements. A scalar is a C++
+// expression: a literal for a value fixed in the graph key, or a read of the
+// region's runtime slots for an updatable one. A check that only run time can
+// do (an id out of range) writes its message with `fail` and returns from the
+// region. An emitter returns false when it cannot write these arguments (a
+// dtype or layout it does not handle): the region then ends before the node,
+// which runs its ordinary kernel.
+struct EmitTensor {
+  std::string ptr;  // a `float*` (or `const std::int64_t*`, ...) expression
+  DType dtype = DType::f32;
+  Shape shape;
+  Strides strides;
+};
+struct EmitScalar {
+  std::string expr;  // C++ expression: "1e-05", "64", "s[0]"
+  bool runtime = false;
+};
+struct EmitArgs {
+  std::string_view op;  // for error messages
+  std::span<const EmitTensor> inputs;
+  const EmitTensor* out = nullptr;  // for in-place operators, the mutated input
+  std::span<const EmitScalar> scalars;
+  std::string prefix;  // unique per node: names of locals start with it
+};
+// Appends code to `out`. `fail(msg)` is a C++ statement template: emitters
+// write `SG_FAIL("...")` and the region defines it.
+using EmitFn = bool (*)(const EmitArgs& args, std::string& out);
+
 struct OpDef {
   OpSchema schema;
   OpTraits traits;
@@ -118,6 +153,7 @@ struct OpDef {
   CompositeIntoFn composite_into = nullptr;  // composites that accept a placed output
   KernelScalarsFn kernel_scalars = nullptr;  // Note [Kernel scalars]; null: the schema's
   std::array<KernelFn, kNumDeviceTypes> kernels{};
+  EmitFn emit = nullptr;  // Note [Operator emitters]; null: no code generation
 };
 
 class SG_API OpRegistry {
@@ -134,6 +170,9 @@ class SG_API OpRegistry {
   // sinkgraph::Error for an unknown operator, a view or composite (they run
   // no kernel of their own), or a second kernel for the same device.
   void set_kernel(std::string_view name, DeviceType device, KernelFn kernel);
+  // The code generator's emitter for `name` (Note [Operator emitters]); same
+  // rules as set_kernel.
+  void set_emitter(std::string_view name, EmitFn emit);
 
  private:
   OpRegistry();

@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "../codegen/region.h"
 #include "capture_policy.h"
 #include "data_dump.h"
 #include "graph_signature.h"
@@ -92,6 +95,8 @@ class CapturedGraph final : public ConcreteGraph {
         c.pool_reserved_bytes += e->pool->stats().reserved_bytes;
       c.planned_arena_bytes = std::max(c.planned_arena_bytes, e->planned_bytes);
       c.liveness_lower_bound_bytes = std::max(c.liveness_lower_bound_bytes, e->lower_bound_bytes);
+      c.codegen_kernels = std::max(c.codegen_kernels, e->codegen_kernels);
+      c.compile_cache_hits += e->compile_cache_hits;
     }
     return c;
   }
@@ -112,6 +117,10 @@ class CapturedGraph final : public ConcreteGraph {
     std::int64_t planned_bytes = 0;      // the arena's size (0: not planned)
     std::int64_t lower_bound_bytes = 0;  // liveness lower bound of the intermediates
     DeviceGraph device_graph;
+    // Generated regions' tables (Note [Generated regions]): declared before
+    // exec, so they outlive the replays it waits for.
+    std::vector<std::shared_ptr<const codegen::RegionCall>> region_calls;
+    std::int64_t codegen_kernels = 0, codegen_nodes = 0, compile_cache_hits = 0;
     std::unique_ptr<GraphExec> exec;
     std::vector<Tensor> static_inputs;        // per graph input (user inputs only)
     std::vector<ir::RtValue> capture_inputs;  // per graph input: what the capture ran on
@@ -319,6 +328,54 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     return Tensor(e->arena, v.meta.dtype, shape, contiguous_strides(shape), b->offset / elem);
   };
 
+  // Note [Generated regions]: max-autotune writes runs of nodes with emitters
+  // as C++ and launches each run as one kernel.
+  std::optional<codegen::RegionBuilder> regions;
+  std::map<const ir::Node*, std::vector<const SymInt*>> node_updatables;
+  ir::NodeRunner runner;
+  if (config_.mode == Mode::max_autotune && config_.codegen) {
+    regions.emplace(graph_->name, config_.cache_dir);
+    for (const auto& u : signature_.updatables()) {
+      auto& slots = node_updatables[u.node];
+      if (slots.size() <= static_cast<std::size_t>(u.scalar_index))
+        slots.resize(static_cast<std::size_t>(u.scalar_index) + 1, nullptr);
+      slots[static_cast<std::size_t>(u.scalar_index)] = &u.expr;
+    }
+    runner = [&](const ir::Node& node, std::span<const Tensor* const> operands,
+                 std::span<const ScalarValue> scalars, const Tensor& placed) -> Tensor {
+      const OpDef& op = *node.op;
+      const Tensor* place = placed.defined() ? &placed : nullptr;
+      if (op.schema.is_view) return run_op(op, operands, scalars, place);  // no kernel
+      if (op.emit == nullptr || op.composite != nullptr) {
+        regions->flush(stream);
+        return run_op(op, operands, scalars, place);
+      }
+      Tensor out;
+      const bool fresh = op.schema.alias_of < 0;
+      if (!fresh) {
+        out = *operands[static_cast<std::size_t>(op.schema.alias_of)];
+      } else if (place != nullptr) {
+        out = placed;
+      } else {
+        Shape shape;
+        for (const SymInt& d : node.result()->meta.shape) shape.push_back(d.eval(bindings));
+        out = Tensor::empty(shape, node.result()->meta.dtype);
+      }
+      std::vector<const SymInt*> upd(scalars.size(), nullptr);
+      if (const auto it = node_updatables.find(&node); it != node_updatables.end()) {
+        for (std::size_t i = 0; i < it->second.size() && i < upd.size(); ++i)
+          upd[i] = it->second[i];
+      }
+      bool taken = regions->add(op, operands, out, scalars, upd, &node);
+      if (!taken) {  // a new region may take it (the open one may be full)
+        regions->flush(stream);
+        taken = regions->add(op, operands, out, scalars, upd, &node);
+      }
+      if (taken) return out;
+      return run_op(op, operands, scalars, fresh ? &out : nullptr);
+    };
+  }
+
   // Record: run the graph through the dispatcher with the stream capturing,
   // noting which device node each IR node launched.
   std::vector<std::pair<const ir::Node*, std::size_t>> launched;
@@ -337,7 +394,8 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
         [&](const ir::Node& node, const Tensor&) {
           launched.emplace_back(&node, stream.capture_size());
         },
-        placement);
+        placement, runner);
+    if (regions) regions->flush(stream);
   } catch (...) {
     try {
       (void)stream.end_capture();
@@ -356,7 +414,34 @@ std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir:
     }
     first = std::max(first, end);
   }
+  if (regions) {
+    for (const auto& [index, name] : regions->launches()) {
+      e->device_graph.nodes[index].label =
+          std::string("node #") + std::to_string(index) + " " + name;
+    }
+    for (const auto& u : regions->updates()) {
+      e->device_graph.nodes[u.device_node].updates.push_back({u.scalar_slot, u.expr});
+    }
+    e->region_calls = regions->take_calls();
+    e->codegen_kernels = regions->stats().kernels;
+    e->codegen_nodes = regions->stats().nodes;
+    e->compile_cache_hits = regions->stats().cache_hits;
+    for (const auto& note : regions->stats().notes) notes_.push_back(note);
+    // Nodes of a region that fell back ran their kernels when it closed.
+    for (const auto& [node, end] : launched) {
+      if (const auto index = regions->fallback_node(node)) {
+        GraphNode& g = e->device_graph.nodes[*index];
+        g.label = std::string("node #") + std::to_string(*index) + " " + g.name + " (%" +
+                  node->result()->name + " of graph @" + graph_->name + ")";
+      }
+    }
+  }
   for (const auto& u : signature_.updatables()) {
+    if (regions && regions->generated(u.node)) continue;  // its region's slots, above
+    if (const auto index = regions ? regions->fallback_node(u.node) : std::nullopt) {
+      e->device_graph.nodes[*index].updates.push_back({u.scalar_index, u.expr});
+      continue;
+    }
     const auto it = std::find_if(launched.begin(), launched.end(),
                                  [&](const auto& l) { return l.first == u.node; });
     SG_ASSERT(it != launched.end() && it->second > 0, "updatable node %", u.node->result()->name,
@@ -528,6 +613,11 @@ std::string CapturedGraph::explain() const {
       out << ", planned/bound " << ratio;
     }
     out << "), pool +" << e.pool_bytes << " B\n";
+    if (config_.mode == Mode::max_autotune && config_.codegen) {
+      out << "    generated code: " << e.codegen_kernels << " kernel(s) in place of "
+          << e.codegen_nodes << " nodes, " << e.compile_cache_hits
+          << " from the compile cache (Note [Generated regions])\n";
+    }
   }
   for (const auto& note : notes_) out << "  note: " << note << "\n";
   return out.str();

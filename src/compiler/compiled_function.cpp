@@ -77,6 +77,8 @@ GraphCounters& GraphCounters::operator+=(const GraphCounters& o) {
   pool_reserved_bytes += o.pool_reserved_bytes;
   planned_arena_bytes += o.planned_arena_bytes;
   liveness_lower_bound_bytes += o.liveness_lower_bound_bytes;
+  codegen_kernels += o.codegen_kernels;
+  compile_cache_hits += o.compile_cache_hits;
   return *this;
 }
 

@@ -123,6 +123,8 @@ const std::vector<std::pair<std::string, Option>>& options() {
       {"debug_save", string_option<&CompilerConfig::debug_save>()},
       {"data_dump", string_option<&CompilerConfig::data_dump>()},
       {"recompile_limit", count_option<&CompilerConfig::recompile_limit>("recompile_limit", 1)},
+      {"codegen", bool_option<&CompilerConfig::codegen>("codegen")},
+      {"cache_dir", string_option<&CompilerConfig::cache_dir>()},
   };
   return table;
 }

@@ -65,7 +65,8 @@ ScalarValue concretize(const ScalarValue& attr, const SymBindings& bindings) {
 }  // namespace
 
 std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
-                               const NodeObserver& observer, const PlacementFn& placement) {
+                               const NodeObserver& observer, const PlacementFn& placement,
+                               const NodeRunner& runner) {
   const SymBindings bindings = bind_symbols(graph, inputs);
   std::unordered_map<const Value*, Tensor> env;
   for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
@@ -126,7 +127,8 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
     } else if (placement && node->aliased_operand() < 0) {
       placed = placement(*node);
     }
-    Tensor out = run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
+    Tensor out = runner ? runner(*node, operands, scalars, placed)
+                        : run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
     if (observer) observer(*node, out);
     env[node->result()] = std::move(out);
   }

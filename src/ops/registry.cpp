@@ -84,6 +84,18 @@ void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn k
   slot = kernel;
 }
 
+void OpRegistry::set_emitter(std::string_view name, EmitFn emit) {
+  const auto& map = state().by_name;
+  const auto it = map.find(std::string(name));
+  SG_CHECK(it != map.end(), "set_emitter: unknown operator '", name, "'");
+  auto& def = const_cast<OpDef&>(*it->second);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  SG_CHECK(!def.schema.is_view && def.composite == nullptr, "set_emitter: '", name,
+           "' is a view or a composite and runs no kernel of its own");
+  SG_CHECK(emit != nullptr, "set_emitter: null emitter for '", name, "'");
+  SG_CHECK(def.emit == nullptr, "set_emitter: '", name, "' already has an emitter");
+  def.emit = emit;
+}
+
 const OpDef* OpRegistry::find(std::string_view name) const {
   const auto& map = state().by_name;
   const auto it = map.find(std::string(name));

@@ -59,7 +59,8 @@ keys = ["mode", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "de
         "decode_us_per_token", "captured", "replayed", "prefill_captured", "decode_captured",
         "recapture_due_to_mutated_input_change", "recapture_due_to_parameter_change",
         "recapture_due_to_force_recapture", "eager_fallback_due_to_capture_limit",
-        "pool_reserved_bytes", "peak_allocated_bytes", "kv_cache_bytes"]
+        "pool_reserved_bytes", "peak_allocated_bytes", "kv_cache_bytes", "codegen_kernels",
+        "compile_cache_hits"]
 missing = [k for k in keys if k not in s]
 assert not missing, missing
 assert s["mode"] == "reduce-overhead" and s["generated_tokens"] == 6 and s["decode_captured"] == 1, s
@@ -333,6 +334,34 @@ json.dump(index, open(f"{dst}/model.safetensors.index.json", "w"))
 PY
 check convert-index-escape 2 -- "$bin" generate --model "$tmp/hfbad" --steps 2
 expect convert-index-escape-said grep -q "not a plain file name" "$tmp/err"
+
+# max-autotune's generated code and its compile cache, across processes
+# (Note [Compile cache]): cold, warm, a corrupt entry, no compiler, a folder
+# others may write to. Every run still produces the reference ids.
+cache="$tmp/cache"
+stat_of() { python3 -c "import json,sys; print(json.loads(open('$tmp/out').read().splitlines()[-1])['$1'])"; }
+check codegen-cold 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids --stats
+expect codegen-cold-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect codegen-kernels test "$(stat_of codegen_kernels)" -ge 1
+cold_hits=$(stat_of compile_cache_hits)
+expect codegen-cache-private test "$(stat -c %a "$cache")" = 700
+objects=$(ls "$cache"/*.so | wc -l)
+check codegen-warm 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids --stats
+expect codegen-warm-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect codegen-warm-hits test "$(stat_of compile_cache_hits)" -gt "$cold_hits"
+expect codegen-warm-compiles-nothing test "$(ls "$cache"/*.so | wc -l)" = "$objects"
+for so in "$cache"/*.so; do echo "not an ELF object" >"$so"; done
+check codegen-corrupt 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids
+expect codegen-corrupt-ids test "$(cat "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect codegen-corrupt-said grep -q "corrupt cache entry" "$tmp/err"
+check codegen-no-compiler 0 -- env SINKGRAPH_CACHE_DIR="$tmp/cache2" SINKGRAPH_CXX=/nonexistent/c++ "$bin" generate --steps 8 --mode max-autotune --print-ids --stats
+expect codegen-no-compiler-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect codegen-no-compiler-said grep -q "'/nonexistent/c++' was not found" "$tmp/err"
+expect codegen-no-compiler-kernels test "$(stat_of codegen_kernels)" = 0
+chmod 777 "$cache"
+check codegen-shared-folder 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids
+expect codegen-shared-folder-said grep -q "is not private to this user" "$tmp/err"
+expect codegen-shared-folder-ids test "$(cat "$tmp/out")" = "ids: ${shipped[*]:0:8}"
 
 # The shared reference model, when present.
 if [[ -f $shared/stories260K.bin ]]; then

@@ -1,0 +1,43 @@
+#pragma once
+// Compiling generated source into a loadable function, through an on-disk
+// cache shared by processes (Note [Compile cache] in compile_cache.cpp).
+#include <cstdint>
+#include <string>
+
+namespace sinkgraph::codegen {
+
+// The entry point every generated region defines (Note [Generated regions]):
+// `p` the region's tensor addresses, `s` its runtime scalars; returns 0, or
+// non-zero after writing a message into err[0 .. errlen).
+using RegionFn = int (*)(void* const* p, const long long* s, char* err, int errlen);
+
+// Bumped whenever RegionFn or the generated prelude changes meaning: part of
+// every cache key, so entries from an older sinkgraph are never loaded.
+inline constexpr int kRegionAbi = 1;
+
+struct CompileResult {
+  RegionFn fn = nullptr;  // null: failed (see error)
+  bool cache_hit = false;
+  std::string error;  // why it failed, for the one warning
+  std::string key;    // the cache key (hex)
+};
+
+// The cache folder: `configured` when not empty, else SINKGRAPH_CACHE_DIR,
+// else $XDG_CACHE_HOME/sinkgraph, else $HOME/.cache/sinkgraph.
+std::string cache_dir(const std::string& configured);
+// The compiler: SINKGRAPH_CXX when set, else the one the project was
+// configured with.
+std::string compiler();
+// The flags every region is compiled with (part of the key).
+const std::string& compile_flags();
+
+// Compiles `source` (or loads it from the cache) and returns its sg_region.
+// Never throws for a compiler problem: the caller falls back to kernels.
+// Loaded libraries stay loaded for the life of the process (a captured graph
+// may call them until it is destroyed).
+CompileResult compile_region(const std::string& source, const std::string& configured_dir);
+
+// Bytes the cache may hold; older entries are removed past it.
+inline constexpr std::int64_t kCacheMaxBytes = 256LL << 20;
+
+}  // namespace sinkgraph::codegen

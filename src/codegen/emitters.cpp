@@ -1,0 +1,495 @@
+// The C++ backend's emitters (Note [Operator emitters] in op_registry.h): one
+// loop nest per operator, specialised to the concrete shapes and strides of
+// one graph key. Each mirrors its CPU kernel's algorithm (the same order of
+// the reductions where the kernel's is sequential), so generated regions agree
+// with the kernels within float rounding (Note [Generated code and float
+// rounding] in region.cpp).
+#include "emitters.h"
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "../kernels/fused_program.h"
+#include "sinkgraph/op_registry.h"
+
+namespace sinkgraph::codegen {
+namespace {
+
+namespace fp = kernels::fused;
+
+std::string i64(std::int64_t v) { return std::to_string(v) + "LL"; }
+
+// "t[i0*s0 + i1*s1 ...]" for loop variables named `<var><d>`, dropping
+// dimensions of size 1 and stride 0.
+std::string at(const EmitTensor& t, const std::string& var, int first_dim = 0) {
+  std::string idx;
+  for (int d = first_dim; d < t.shape.size(); ++d) {
+    if (t.shape[d] == 1 || t.strides[d] == 0) continue;
+    if (!idx.empty()) idx += " + ";
+    idx += var + std::to_string(d) + (t.strides[d] == 1 ? "" : " * " + i64(t.strides[d]));
+  }
+  return t.ptr + "[" + (idx.empty() ? "0" : idx) + "]";
+}
+
+// Broadcasts `in` to `out`'s rank: dims aligned on the right, size-1 or
+// missing dims get stride 0.
+EmitTensor broadcast_to(const EmitTensor& in, const EmitTensor& out) {
+  EmitTensor b = in;
+  const int lead = out.shape.size() - in.shape.size();
+  b.shape = out.shape;
+  b.strides = Strides();
+  for (int d = 0; d < out.shape.size(); ++d) {
+    const int src = d - lead;
+    const bool real = src >= 0 && in.shape[src] == out.shape[d] && in.shape[src] != 1;
+    b.strides.push_back(real ? in.strides[src] : 0);
+  }
+  return b;
+}
+
+// Opens one for loop per dimension of `shape` from `first` to `last` - 1.
+std::string open_loops(const Shape& shape, const std::string& var, int first, int last) {
+  std::string s;
+  for (int d = first; d < last; ++d) {
+    s += fmt::format("for (long long {0}{1} = 0; {0}{1} < {2}; ++{0}{1}) {{\n", var, d,
+                     i64(shape[d]));
+  }
+  return s;
+}
+std::string close_loops(int n) { return std::string(static_cast<std::size_t>(n), '}') + "\n"; }
+
+bool all_f32(const EmitArgs& a) {
+  for (const EmitTensor& t : a.inputs) {
+    if (t.dtype != DType::f32) return false;
+  }
+  return a.out->dtype == DType::f32;
+}
+
+std::string unary_expr(int fn, const std::string& x) {
+  switch (fn) {
+    case fp::kNeg:
+      return "(-" + x + ")";
+    case fp::kExp:
+      return "sg_exp(" + x + ")";
+    case fp::kSqrt:
+      return "std::sqrt(" + x + ")";
+    case fp::kRsqrt:
+      return "(1.0f / std::sqrt(" + x + "))";
+    case fp::kErf:
+      return "std::erf(" + x + ")";
+    case fp::kRelu:
+      return "sg_relu(" + x + ")";
+    case fp::kSilu:
+      return "sg_silu(" + x + ")";
+    case fp::kGelu:
+      return "sg_gelu(" + x + ")";
+    case fp::kTanh:
+      return "std::tanh(" + x + ")";
+    case fp::kSigmoid:
+      return "sg_sigmoid(" + x + ")";
+    case fp::kHardswish:
+      return "sg_hardswish(" + x + ")";
+    case fp::kHardsigmoid:
+      return "sg_hardsigmoid(" + x + ")";
+    default:
+      return "";
+  }
+}
+
+std::string binary_expr(int fn, const std::string& a, const std::string& b) {
+  static constexpr const char* kOps[] = {" + ", " - ", " * ", " / "};
+  if (fn < 0 || fn >= fp::kNumBinary) return "";
+  return "(" + a + kOps[fn] + b + ")";
+}
+
+// Every pointwise operator, from its trait (Note [Operator traits]): the
+// output's loop nest, each input read at its broadcast index.
+bool emit_pointwise(const OpDef& def, const EmitArgs& a, std::string& out) {
+  if (!all_f32(a)) return false;
+  const EmitTensor& o = *a.out;
+  std::vector<std::string> in;
+  for (const EmitTensor& t : a.inputs) in.push_back(at(broadcast_to(t, o), "i"));
+  std::string value;
+  switch (def.traits.pointwise) {
+    case Pointwise::unary:
+      value = unary_expr(def.traits.pointwise_fn, in.at(0));
+      break;
+    case Pointwise::binary:
+      value = binary_expr(def.traits.pointwise_fn, in.at(0), in.at(1));
+      break;
+    case Pointwise::add_scalar:
+      value = "(" + in.at(0) + " + static_cast<float>(" + a.scalars[0].expr + "))";
+      break;
+    case Pointwise::mul_scalar:
+      value = "(" + in.at(0) + " * static_cast<float>(" + a.scalars[0].expr + "))";
+      break;
+    case Pointwise::none:
+      return false;
+  }
+  if (value.empty()) return false;
+  const int nd = o.shape.size();
+  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = " + value + ";\n" +
+         close_loops(nd) + "}\n";
+  return true;
+}
+
+// The emitter each pointwise operator registers: looks its definition up by name.
+bool emit_pointwise_by_name(const EmitArgs& a, std::string& out) {
+  return emit_pointwise(OpRegistry::instance().get(a.op), a, out);
+}
+
+// fused_elementwise (Note [Fused elementwise programs]): the program, a
+// postfix code in the node's attributes, becomes one expression per element.
+bool emit_fused_elementwise(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.scalars.size() != fp::kCodeSlots + fp::kMaxConsts) return false;
+  std::int64_t slots[fp::kCodeSlots];
+  for (int i = 0; i < fp::kCodeSlots; ++i) {
+    if (a.scalars[static_cast<std::size_t>(i)].runtime) return false;
+    slots[i] = std::stoll(a.scalars[static_cast<std::size_t>(i)].expr);
+  }
+  std::uint8_t code[fp::kMaxCode];
+  const int n = fp::unpack_program(slots, code);
+  const EmitTensor& o = *a.out;
+  std::vector<std::string> stack;
+  for (int i = 0; i < n; ++i) {
+    const int arg = fp::arg_of(code[i]);
+    switch (fp::opcode_of(code[i])) {
+      case fp::kLoad:
+        if (arg >= static_cast<int>(a.inputs.size())) return false;
+        stack.push_back(at(broadcast_to(a.inputs[static_cast<std::size_t>(arg)], o), "i"));
+        break;
+      case fp::kUnary:
+      case fp::kUnaryHi:
+        if (stack.empty()) return false;
+        stack.back() = unary_expr(fp::unary_fn(code[i]), stack.back());
+        break;
+      case fp::kBinary: {
+        if (stack.size() < 2) return false;
+        const std::string b = stack.back();
+        stack.pop_back();
+        stack.back() = binary_expr(arg, stack.back(), b);
+        break;
+      }
+      case fp::kAddConst:
+      case fp::kMulConst:
+        if (stack.empty()) return false;
+        stack.back() = "(" + stack.back() +
+                       (fp::opcode_of(code[i]) == fp::kAddConst ? " + " : " * ") +
+                       "static_cast<float>(" +
+                       a.scalars[static_cast<std::size_t>(fp::kCodeSlots + arg)].expr + "))";
+        break;
+      default:
+        return false;
+    }
+    if (!stack.empty() && stack.back().empty()) return false;
+  }
+  if (stack.size() != 1) return false;
+  const int nd = o.shape.size();
+  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = " + stack[0] + ";\n" +
+         close_loops(nd) + "}\n";
+  return true;
+}
+
+// silu_mul(a, b) = silu(a) * b, broadcast.
+bool emit_silu_mul(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a)) return false;
+  const EmitTensor& o = *a.out;
+  const std::string x = at(broadcast_to(a.inputs[0], o), "i");
+  const std::string y = at(broadcast_to(a.inputs[1], o), "i");
+  const int nd = o.shape.size();
+  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = sg_silu(" + x + ") * " + y +
+         ";\n" + close_loops(nd) + "}\n";
+  return true;
+}
+
+// Rows over the last dimension: loops over the leading dims of `t`.
+std::string row_loops(const EmitTensor& t) {
+  return open_loops(t.shape, "r", 0, t.shape.size() - 1);
+}
+
+// rms_norm(x, w, eps): o = w * (x * 1/sqrt(mean(x^2) + eps)), per row, the
+// sum of squares in order.
+void rms_norm_body(const EmitTensor& x, const EmitTensor& w, const EmitTensor& o,
+                   const std::string& eps, std::string& out) {
+  const int nd = x.shape.size();
+  const std::int64_t n = x.shape[nd - 1];
+  // Element i of the row at the leading loop vars r0 .. r{nd-2}.
+  auto elem = [&](const EmitTensor& t, const std::string& i) {
+    std::string idx;
+    for (int d = 0; d < nd - 1; ++d) {
+      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
+      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
+    }
+    idx += i + " * " + i64(t.strides[nd - 1]);
+    return t.ptr + "[" + idx + "]";
+  };
+  const std::string wi = w.ptr + "[i * " + i64(w.strides[0]) + "]";
+  out += "{\n" + row_loops(x);
+  out += "float ss = 0.0f;\n";
+  out += fmt::format("for (long long i = 0; i < {}; ++i) {{ const float v = {}; ss += v * v; }}\n",
+                     i64(n), elem(x, "i"));
+  out += fmt::format("const float scale = 1.0f / std::sqrt(ss / {}.0f + static_cast<float>({}));\n",
+                     n, eps);
+  out += fmt::format("for (long long i = 0; i < {}; ++i) {} = {} * (scale * {});\n", i64(n),
+                     elem(o, "i"), wi, elem(x, "i"));
+  out += close_loops(nd - 1) + "}\n";
+}
+
+bool emit_rms_norm(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.inputs[0].shape.size() < 1 || a.inputs[1].shape.size() != 1) return false;
+  rms_norm_body(a.inputs[0], a.inputs[1], *a.out, a.scalars[0].expr, out);
+  return true;
+}
+
+// out[0] = x + r; out[1] = rms_norm(out[0]) (stacked on a new dim 0).
+bool emit_add_rms_norm(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a)) return false;
+  const EmitTensor& x = a.inputs[0];
+  const EmitTensor& r = a.inputs[1];
+  const EmitTensor& o = *a.out;
+  EmitTensor sum = o, norm = o;  // the two halves: drop dim 0
+  sum.shape = Shape(), sum.strides = Strides();
+  for (int d = 1; d < o.shape.size(); ++d) {
+    sum.shape.push_back(o.shape[d]);
+    sum.strides.push_back(o.strides[d]);
+  }
+  norm.shape = sum.shape;
+  norm.strides = sum.strides;
+  norm.ptr = "(" + o.ptr + " + " + i64(o.strides[0]) + ")";
+  const int nd = x.shape.size();
+  out += "{\n" + open_loops(x.shape, "i", 0, nd) + at(sum, "i") + " = " + at(x, "i") + " + " +
+         at(r, "i") + ";\n" + close_loops(nd) + "}\n";
+  rms_norm_body(sum, a.inputs[2], norm, a.scalars[0].expr, out);
+  return true;
+}
+
+// linear(x[..., K], w[N, K]) = x @ w^T: per row of x, N dot products, each
+// summed over K in order.
+bool emit_linear(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.inputs[1].shape.size() != 2) return false;
+  const EmitTensor& x = a.inputs[0];
+  const EmitTensor& w = a.inputs[1];
+  const EmitTensor& o = *a.out;
+  const int nd = x.shape.size();
+  const std::int64_t n = w.shape[0], k = w.shape[1];
+  auto lead = [&](const EmitTensor& t) {
+    std::string idx;
+    for (int d = 0; d < nd - 1; ++d) {
+      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
+      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
+    }
+    return idx;
+  };
+  out += "{\n" + row_loops(x);
+  out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
+                     o.ptr, lead(o));
+  out += fmt::format("for (long long n = 0; n < {}; ++n) {{\n", i64(n));
+  out +=
+      fmt::format("const float* wr = {} + n * {};\nfloat acc = 0.0f;\n", w.ptr, i64(w.strides[0]));
+  out += fmt::format("for (long long c = 0; c < {}; ++c) acc += xr[c * {}] * wr[c * {}];\n", i64(k),
+                     i64(x.strides[nd - 1]), i64(w.strides[1]));
+  out += fmt::format("orow[n * {}] = acc;\n}}\n", i64(o.strides[nd - 1]));
+  out += close_loops(nd - 1) + "}\n";
+  return true;
+}
+
+// rope(x[T, H, D], pos0, theta, style): pairs (2i, 2i+1) (interleaved) or
+// (i, i + D/2) (half), rotated by (pos0 + t) / theta^(2i/D), as llama2.c.
+bool emit_rope(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.inputs[0].shape.size() != 3) return false;
+  const EmitTensor& x = a.inputs[0];
+  const EmitTensor& o = *a.out;
+  const std::int64_t t_len = x.shape[0], heads = x.shape[1], d = x.shape[2];
+  const bool half = a.scalars[2].expr == "1" || a.scalars[2].expr == "1LL";
+  const std::int64_t pairs = d / 2;
+  out += "{\n";
+  out += fmt::format("const long long pos0 = {};\nconst float theta = static_cast<float>({});\n",
+                     a.scalars[0].expr, a.scalars[1].expr);
+  out += fmt::format("for (long long t = 0; t < {}; ++t) {{\n", i64(t_len));
+  out += "const float pos = static_cast<float>(pos0 + t);\n";
+  out += fmt::format("for (long long i = 0; i < {}; ++i) {{\n", i64(pairs));
+  out += fmt::format(
+      "const float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / {}.0f);\n", d);
+  out +=
+      "const float angle = pos * freq;\nconst float c = std::cos(angle);\n"
+      "const float s = std::sin(angle);\n";
+  out += half ? fmt::format("const long long i0 = i, i1 = i + {};\n", i64(pairs))
+              : "const long long i0 = 2 * i, i1 = 2 * i + 1;\n";
+  out += fmt::format("for (long long h = 0; h < {}; ++h) {{\n", i64(heads));
+  out += fmt::format("const float* xr = {} + t * {} + h * {};\n", x.ptr, i64(x.strides[0]),
+                     i64(x.strides[1]));
+  out += fmt::format("float* orow = {} + t * {} + h * {};\n", o.ptr, i64(o.strides[0]),
+                     i64(o.strides[1]));
+  out += fmt::format("const float va = xr[i0 * {0}], vb = xr[i1 * {0}];\n", i64(x.strides[2]));
+  out += fmt::format("orow[i0 * {0}] = va * c - vb * s;\norow[i1 * {0}] = va * s + vb * c;\n",
+                     i64(o.strides[2]));
+  out += "}\n}\n}\n}\n";
+  return true;
+}
+
+// embedding(weight[V, D], ids[...]): ids are checked; an id out of range
+// fails the region with the kernel's message.
+bool emit_embedding(const EmitArgs& a, std::string& out) {
+  const EmitTensor& w = a.inputs[0];
+  const EmitTensor& ids = a.inputs[1];
+  const EmitTensor& o = *a.out;
+  if (w.dtype != DType::f32 || o.dtype != DType::f32 ||
+      (ids.dtype != DType::i64 && ids.dtype != DType::i32))
+    return false;
+  const int nd = ids.shape.size();
+  const std::int64_t vocab = w.shape[0], dim = w.shape[1];
+  out += "{\n" + open_loops(ids.shape, "i", 0, nd);
+  out += "const long long id = " + at(ids, "i") + ";\n";
+  out += fmt::format(
+      "if (id < 0 || id >= {0}) {{ SG_FAIL(\"token id %lld is out of range for an embedding "
+      "table of {1} rows (expected 0 <= id < {1})\", id); }}\n",
+      i64(vocab), vocab);
+  std::string base;  // o[i..., c]
+  for (int d = 0; d < nd; ++d) {
+    if (o.shape[d] == 1 || o.strides[d] == 0) continue;
+    base += "i" + std::to_string(d) + " * " + i64(o.strides[d]) + " + ";
+  }
+  out += fmt::format("for (long long c = 0; c < {}; ++c) {}[{}c * {}] = {}[id * {} + c * {}];\n",
+                     i64(dim), o.ptr, base, i64(o.strides[nd]), w.ptr, i64(w.strides[0]),
+                     i64(w.strides[1]));
+  out += close_loops(nd) + "}\n";
+  return true;
+}
+
+// index_copy_(dst, index, src): dst[index : index + rows] = src.
+bool emit_index_copy(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a)) return false;
+  const EmitTensor& dst = a.inputs[0];
+  const EmitTensor& src = a.inputs[1];
+  const std::int64_t rows = src.shape[0], cap = dst.shape[0];
+  out += "{\n";
+  out += "const long long index = " + a.scalars[0].expr + ";\n";
+  out += fmt::format(
+      "if (index < 0 || index + {0} > {1}) {{ SG_FAIL(\"destination rows [%lld, %lld) are out of "
+      "range for a destination of {2} rows\", index, index + {0}); }}\n",
+      i64(rows), i64(cap), cap);
+  EmitTensor window = dst;
+  window.ptr = "(" + dst.ptr + " + index * " + i64(dst.strides[0]) + ")";
+  window.shape[0] = rows;
+  const int nd = src.shape.size();
+  out += open_loops(src.shape, "i", 0, nd) + at(window, "i") + " = " + at(src, "i") + ";\n" +
+         close_loops(nd) + "}\n";
+  return true;
+}
+
+// attention(q[T, Hq, D], k[C, Hkv, D], v[C, Hkv, D], seq_len, scale): causal
+// over the cache's first seq_len positions, as the kernel: scores, max,
+// exponentials and their sum in order, then the weighted sum of v rows.
+bool emit_attention(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.inputs[0].shape.size() != 3) return false;
+  const EmitTensor& q = a.inputs[0];
+  const EmitTensor& k = a.inputs[1];
+  const EmitTensor& v = a.inputs[2];
+  const EmitTensor& o = *a.out;
+  const std::int64_t t_len = q.shape[0], hq = q.shape[1], d = q.shape[2];
+  const std::int64_t cache = k.shape[0], hkv = k.shape[1];
+  if (hkv == 0 || hq % hkv != 0) return false;
+  const std::int64_t group = hq / hkv;
+  out += "{\n";
+  out += "const long long seq_len = " + a.scalars[0].expr + ";\n";
+  out += fmt::format("const float scale = static_cast<float>({});\n", a.scalars[1].expr);
+  out += fmt::format(
+      "if (seq_len < {0} || seq_len > {1}) {{ SG_FAIL(\"seq_len %lld is out of range: expected "
+      "{0} <= seq_len <= {1} (the query rows and the cache length)\", seq_len); }}\n",
+      i64(t_len), i64(cache));
+  out += fmt::format("float* scores = sg_scratch({});\n", i64(cache));
+  out += fmt::format("float acc[{}];\n", d);
+  out += fmt::format("for (long long t = 0; t < {}; ++t) {{\n", i64(t_len));
+  out += fmt::format("const long long visible = seq_len - {} + t + 1;\n", i64(t_len));
+  out += fmt::format("for (long long h = 0; h < {}; ++h) {{\n", i64(hq));
+  out += fmt::format("const long long kvh = h / {};\n", i64(group));
+  out += fmt::format("const float* qrow = {} + t * {} + h * {};\n", q.ptr, i64(q.strides[0]),
+                     i64(q.strides[1]));
+  out += "float mx = -__builtin_inff();\n";
+  out += "for (long long j = 0; j < visible; ++j) {\n";
+  out += fmt::format("const float* krow = {} + j * {} + kvh * {};\n", k.ptr, i64(k.strides[0]),
+                     i64(k.strides[1]));
+  out += "float dot = 0.0f;\n";
+  out += fmt::format("for (long long c = 0; c < {}; ++c) dot += qrow[c * {}] * krow[c * {}];\n",
+                     i64(d), i64(q.strides[2]), i64(k.strides[2]));
+  out += "dot *= scale;\nscores[j] = dot;\nmx = dot > mx ? dot : mx;\n}\n";
+  out += "float sum = 0.0f;\n";
+  out +=
+      "for (long long j = 0; j < visible; ++j) { const float e = sg_exp(scores[j] - mx); "
+      "scores[j] = e; sum += e; }\n";
+  out += fmt::format("for (long long c = 0; c < {}; ++c) acc[c] = 0.0f;\n", i64(d));
+  out += "for (long long j = 0; j < visible; ++j) {\n";
+  out += fmt::format("const float* vrow = {} + j * {} + kvh * {};\n", v.ptr, i64(v.strides[0]),
+                     i64(v.strides[1]));
+  out += fmt::format(
+      "const float wj = scores[j];\nfor (long long c = 0; c < {}; ++c) acc[c] += wj "
+      "* vrow[c * {}];\n}}\n",
+      i64(d), i64(v.strides[2]));
+  out += "const float inv = 1.0f / sum;\n";
+  out += fmt::format("float* orow = {} + t * {} + h * {};\n", o.ptr, i64(o.strides[0]),
+                     i64(o.strides[1]));
+  out += fmt::format("for (long long c = 0; c < {}; ++c) orow[c * {}] = acc[c] * inv;\n", i64(d),
+                     i64(o.strides[2]));
+  out += "}\n}\n}\n";
+  return true;
+}
+
+// softmax over the last dimension, max-subtracted, as the kernel.
+bool emit_softmax(const EmitArgs& a, std::string& out) {
+  if (!all_f32(a) || a.inputs[0].shape.size() < 1) return false;
+  const EmitTensor& x = a.inputs[0];
+  const EmitTensor& o = *a.out;
+  const int nd = x.shape.size();
+  const std::int64_t n = x.shape[nd - 1];
+  auto elem = [&](const EmitTensor& t, const std::string& i) {
+    std::string idx;
+    for (int d = 0; d < nd - 1; ++d) {
+      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
+      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
+    }
+    return t.ptr + "[" + idx + i + " * " + i64(t.strides[nd - 1]) + "]";
+  };
+  out += "{\n" + row_loops(x);
+  out += fmt::format(
+      "float mx = -__builtin_inff();\nfor (long long i = 0; i < {}; ++i) mx = {} > mx ? {} : "
+      "mx;\n",
+      i64(n), elem(x, "i"), elem(x, "i"));
+  out += fmt::format(
+      "float sum = 0.0f;\nfor (long long i = 0; i < {}; ++i) {{ const float e = sg_exp({} - "
+      "mx); {} = e; sum += e; }}\n",
+      i64(n), elem(x, "i"), elem(o, "i"));
+  out +=
+      fmt::format("const float inv = 1.0f / sum;\nfor (long long i = 0; i < {}; ++i) {} *= inv;\n",
+                  i64(n), elem(o, "i"));
+  out += close_loops(nd - 1) + "}\n";
+  return true;
+}
+
+}  // namespace
+
+void register_emitters() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OpRegistry& r = OpRegistry::instance();
+    for (const std::string& name : r.names()) {
+      const OpDef& def = r.get(name);
+      if (def.traits.pointwise != Pointwise::none && def.emit == nullptr)
+        r.set_emitter(name, emit_pointwise_by_name);
+    }
+    r.set_emitter("silu_mul", emit_silu_mul);
+    r.set_emitter("fused_elementwise", emit_fused_elementwise);
+    r.set_emitter("rms_norm", emit_rms_norm);
+    r.set_emitter("add_rms_norm", emit_add_rms_norm);
+    r.set_emitter("linear", emit_linear);
+    r.set_emitter("rope", emit_rope);
+    r.set_emitter("embedding", emit_embedding);
+    r.set_emitter("index_copy_", emit_index_copy);
+    r.set_emitter("attention", emit_attention);
+    r.set_emitter("softmax", emit_softmax);
+  });
+}
+
+}  // namespace sinkgraph::codegen

@@ -1,0 +1,277 @@
+// max-autotune's code generation (Note [Generated regions]): every operator
+// with an emitter, run as generated code inside a captured graph, against the
+// same function run eagerly through the kernels; updatable scalars patched per
+// replay; the compile cache's cold, warm and corrupt paths; and the fallback
+// when no compiler is available.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../trace/models.h"
+#include "sinkgraph/compiler.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/log.h"
+#include "sinkgraph/ops.h"
+
+namespace {
+
+namespace sg = sinkgraph;
+namespace fs = std::filesystem;
+using Fn = std::function<std::vector<sg::Tensor>(std::span<const sg::Arg>)>;
+using Args = std::vector<sg::Arg>;
+
+// A fresh cache folder per test (removed afterwards).
+class CodegenTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::temp_directory_path() / ("sg-codegen-test-" + std::to_string(::getpid()) + "-" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  [[nodiscard]] sg::CompilerConfig config() const {
+    sg::CompilerConfig c;
+    c.mode = sg::Mode::max_autotune;
+    c.cache_dir = dir_.string();
+    return c;
+  }
+  // Runs `fn` compiled (max-autotune, generated code) and eagerly; calls[k]
+  // gives call k's arguments for each (the same tensors, unless the function
+  // writes its inputs in place: then each side has its own).
+  std::shared_ptr<sg::CompiledFunction> check(const Fn& fn,
+                                              const std::vector<std::pair<Args, Args>>& calls,
+                                              float tol, const sg::TraceOptions& options = {}) {
+    auto compiled = sg::compile(fn, sg::get_backend(config()), options);
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const std::vector<sg::Tensor> got = (*compiled)(calls[k].first);
+      const std::vector<sg::Tensor> want = fn(calls[k].second);
+      EXPECT_EQ(got.size(), want.size());
+      for (std::size_t o = 0; o < got.size() && o < want.size(); ++o) {
+        const std::vector<float> g = got[o].to_floats(), w = want[o].to_floats();
+        EXPECT_EQ(g.size(), w.size());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < g.size() && i < w.size(); ++i) {
+          if (std::fabs(g[i] - w[i]) > tol * (1.0F + std::fabs(w[i])) && bad++ < 3) {
+            ADD_FAILURE() << "call " << k << ", output " << o << ", element " << i << ": " << g[i]
+                          << " vs " << w[i];
+          }
+        }
+      }
+    }
+    return compiled;
+  }
+  std::shared_ptr<sg::CompiledFunction> check(const Fn& fn, const std::vector<Args>& calls,
+                                              float tol) {
+    std::vector<std::pair<Args, Args>> both;
+    for (const Args& a : calls) both.emplace_back(a, a);
+    return check(fn, both, tol);
+  }
+  fs::path dir_;
+};
+
+sg::Tensor rnd(const sg::Shape& shape, std::uint32_t seed, float scale = 1.0F) {
+  return sgtest::random_tensor(shape, seed, scale);
+}
+
+TEST_F(CodegenTest, pointwise_operators_with_broadcasting) {
+  const Fn fn = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    namespace o = sg::ops;
+    const auto& x = std::get<sg::Tensor>(a[0]);
+    const auto& b = std::get<sg::Tensor>(a[1]);  // [8]: broadcast over rows
+    sg::Tensor y = o::add(x, b);
+    y = o::mul(o::silu(y), o::sigmoid(x));
+    y = o::sub(o::tanh(y), o::gelu(b));
+    y = o::div(o::exp(o::neg(o::relu(y))), o::add_scalar(o::mul(b, b), 1.0));
+    y = o::add(o::hardswish(y), o::hardsigmoid(o::mul_scalar(x, 0.5)));
+    return {o::add(o::sqrt(o::add_scalar(o::mul(y, y), 1e-3)),
+                   o::rsqrt(o::add_scalar(o::exp(x), 1.0)))};
+  };
+  auto c = check(fn, {{rnd({3, 8}, 1), rnd({8}, 2)}, {rnd({3, 8}, 3), rnd({8}, 4)}}, 2e-5F);
+  EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
+}
+
+TEST_F(CodegenTest, norms_linear_softmax_and_silu_mul) {
+  const sg::Tensor w = rnd({16}, 5), w1 = rnd({24, 16}, 6), w2 = rnd({16, 24}, 7);
+  const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    namespace o = sg::ops;
+    const auto& x = std::get<sg::Tensor>(a[0]);
+    const sg::Tensor h = o::rms_norm(x, w, 1e-5);
+    const sg::Tensor up = o::linear(h, w1);
+    const sg::Tensor mlp = o::linear(o::silu_mul(up, o::sigmoid(up)), w2);
+    return {o::softmax(o::add(mlp, x)), o::add_rms_norm(mlp, x, w, 1e-6)};
+  };
+  auto c = check(fn, {{rnd({4, 16}, 8)}, {rnd({4, 16}, 9)}}, 1e-4F);
+  EXPECT_GE(c->counters().codegen_kernels, 1);
+}
+
+// rope's position, attention's seq_len and index_copy_'s row are updatable:
+// one capture serves every position, each replay patching the region's slots.
+TEST_F(CodegenTest, decode_attention_block_updatable_scalars_across_replays) {
+  const sgtest::AttentionBlock block;
+  // Each side keeps its own caches, written in place call after call.
+  const sg::Tensor k1 = rnd({16, 4, 8}, 10), v1 = rnd({16, 4, 8}, 11);
+  const sg::Tensor k2 = rnd({16, 4, 8}, 10), v2 = rnd({16, 4, 8}, 11);
+  std::vector<std::pair<Args, Args>> calls;
+  for (int pos = 0; pos < 6; ++pos) {
+    const sg::Tensor x = rnd({1, 32}, 20 + static_cast<std::uint32_t>(pos));
+    calls.emplace_back(Args{x, sg::SymInt(pos), k1, v1}, Args{x, sg::SymInt(pos), k2, v2});
+  }
+  auto c = check(std::cref(block), calls, 1e-4F);
+  EXPECT_EQ(c->counters().captured, 1);  // positions never re-capture
+  EXPECT_GE(c->counters().codegen_kernels, 1);
+}
+
+TEST_F(CodegenTest, embedding_rope_styles_and_a_run_time_range_error) {
+  const sg::Tensor table = rnd({10, 8}, 12);
+  for (const auto style : {sg::ops::RopeStyle::interleaved, sg::ops::RopeStyle::half}) {
+    const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+      const auto& ids = std::get<sg::Tensor>(a[0]);
+      const sg::SymInt& pos = std::get<sg::SymInt>(a[1]);
+      const sg::Tensor e = sg::ops::reshape(sg::ops::embedding(table, ids), {3, 2, 4});
+      return {sg::ops::rope(e, pos, 10000.0, style)};
+    };
+    auto c = check(fn,
+                   {{sg::Tensor::from_ints({1, 2, 3}, {3}), sg::SymInt(0)},
+                    {sg::Tensor::from_ints({9, 0, 4}, {3}), sg::SymInt(5)}},
+                   1e-5F);
+    // An id only the run can check fails the region as the kernel would.
+    try {
+      (void)(*c)({sg::Tensor::from_ints({1, 12, 3}, {3}), sg::SymInt(1)})[0].to_floats();
+      ADD_FAILURE() << "expected a kernel error";
+    } catch (const sg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token id 12 is out of range"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Random pointwise chains (seeded): generated code agrees with the kernels.
+TEST_F(CodegenTest, random_pointwise_chains_agree_with_the_kernels) {
+  std::mt19937 rng(20261201);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<int> program;
+    for (int i = 0; i < 6; ++i) program.push_back(static_cast<int>(rng() % 9));
+    const Fn fn = [program](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+      namespace o = sg::ops;
+      sg::Tensor x = std::get<sg::Tensor>(a[0]);
+      const sg::Tensor& y = std::get<sg::Tensor>(a[1]);
+      for (const int op : program) {
+        switch (op) {
+          case 0:
+            x = o::add(x, y);
+            break;
+          case 1:
+            x = o::mul(x, y);
+            break;
+          case 2:
+            x = o::silu(x);
+            break;
+          case 3:
+            x = o::tanh(x);
+            break;
+          case 4:
+            x = o::sigmoid(x);
+            break;
+          case 5:
+            x = o::sub(y, x);
+            break;
+          case 6:
+            x = o::mul_scalar(x, 0.75);
+            break;
+          case 7:
+            x = o::gelu(x);
+            break;
+          default:
+            x = o::add_scalar(o::relu(x), -0.25);
+            break;
+        }
+      }
+      return {x};
+    };
+    const auto seed = static_cast<std::uint32_t>(100 + 2 * trial);
+    (void)check(fn, {{rnd({5, 7}, seed), rnd({7}, seed + 1)}}, 1e-5F);
+  }
+}
+
+// Cold, then warm (a second compiled function in a process that already
+// loaded the region counts as a hit; across processes: tests/cli/cli_test.sh).
+TEST_F(CodegenTest, compile_cache_cold_warm_and_corrupt_entries) {
+  const Fn fn = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return {sg::ops::silu(sg::ops::mul_scalar(std::get<sg::Tensor>(a[0]), 3.0))};
+  };
+  const std::vector<Args> calls = {{rnd({2, 3}, 1)}};
+  auto cold = check(fn, calls, 1e-6F);
+  EXPECT_EQ(cold->counters().compile_cache_hits, 0);
+  std::vector<fs::path> objects;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (e.path().extension() == ".so") objects.push_back(e.path());
+  }
+  ASSERT_EQ(objects.size(), 1U);
+  EXPECT_EQ(fs::status(dir_).permissions() & fs::perms::all, fs::perms::owner_all);
+  auto warm = check(fn, calls, 1e-6F);
+  EXPECT_EQ(warm->counters().compile_cache_hits, 1);
+
+  // A corrupt entry needs a process that has not loaded it: tests/cli/cli_test.sh.
+}
+
+TEST_F(CodegenTest, no_compiler_warns_once_and_runs_the_kernels) {
+  ASSERT_EQ(::setenv("SINKGRAPH_CXX", "/nonexistent/c++", 1), 0);
+  std::vector<std::string> warnings;
+  sg::set_log_handler([&](sg::LogLevel level, std::string_view m) {
+    if (level == sg::LogLevel::warn) warnings.emplace_back(m);
+  });
+  const Fn fn = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return {sg::ops::tanh(sg::ops::add_scalar(std::get<sg::Tensor>(a[0]), 1.0))};
+  };
+  auto c = check(fn, {{rnd({4}, 1)}, {rnd({4}, 2)}}, 0.0F);  // the kernels: bitwise equal
+  sg::set_log_handler({});
+  ::unsetenv("SINKGRAPH_CXX");
+  EXPECT_EQ(c->counters().codegen_kernels, 0);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("'/nonexistent/c++' was not found"), std::string::npos) << warnings[0];
+  EXPECT_NE(c->explain().find("runs on its kernels"), std::string::npos);
+}
+
+// A region that falls back runs its nodes' kernels, whose updatable scalars
+// (positions) must still be patched per replay: a stale position here once
+// repeated the first token forever.
+TEST_F(CodegenTest, fallback_kernels_keep_their_updatable_positions) {
+  ASSERT_EQ(::setenv("SINKGRAPH_CXX", "/nonexistent/c++", 1), 0);
+  sg::set_log_handler([](sg::LogLevel, std::string_view) {});
+  const sgtest::AttentionBlock block;
+  const sg::Tensor k1 = rnd({16, 4, 8}, 10), v1 = rnd({16, 4, 8}, 11);
+  const sg::Tensor k2 = rnd({16, 4, 8}, 10), v2 = rnd({16, 4, 8}, 11);
+  std::vector<std::pair<Args, Args>> calls;
+  for (int pos = 0; pos < 5; ++pos) {
+    const sg::Tensor x = rnd({1, 32}, 40 + static_cast<std::uint32_t>(pos));
+    calls.emplace_back(Args{x, sg::SymInt(pos), k1, v1}, Args{x, sg::SymInt(pos), k2, v2});
+  }
+  auto c = check(std::cref(block), calls, 0.0F);
+  sg::set_log_handler({});
+  ::unsetenv("SINKGRAPH_CXX");
+  EXPECT_EQ(c->counters().codegen_kernels, 0);
+  EXPECT_EQ(c->counters().captured, 1);
+}
+
+TEST_F(CodegenTest, codegen_false_keeps_every_kernel) {
+  sg::CompilerConfig c = config();
+  c.codegen = false;
+  const Fn fn = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return {sg::ops::exp(std::get<sg::Tensor>(a[0]))};
+  };
+  auto compiled = sg::compile(fn, sg::get_backend(c));
+  (void)(*compiled)({rnd({4}, 1)})[0].to_floats();
+  EXPECT_EQ(compiled->counters().codegen_kernels, 0);
+  EXPECT_FALSE(fs::exists(dir_));
+}
+
+}  // namespace
