@@ -17,6 +17,11 @@ struct PassContext {
   // Params promise never to change (CompilerConfig::frozen_parameter): passes
   // may compute from their data at compile time.
   bool frozen_parameter = false;
+  // The captured graph will be generated as C++ (max-autotune with
+  // CompilerConfig::codegen): pattern_fusion_pass leaves projections apart,
+  // since a generated region runs them in one kernel anyway and a merged
+  // weight would be a second copy of the model's (Note [Merged weights are copies]).
+  bool codegen = false;
   // Data of `param` inputs by input name (set by the compiler; may be empty).
   std::unordered_map<std::string, Tensor> param_data;
 };

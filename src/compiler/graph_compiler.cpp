@@ -94,6 +94,7 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
 
   passes::PassContext ctx;
   ctx.frozen_parameter = config_.frozen_parameter;
+  ctx.codegen = config_.mode == Mode::max_autotune && config_.codegen;
   for (std::size_t i = 0; i < traced.bindings.size(); ++i) {
     if (traced.bindings[i].source == InputBinding::Source::param) {
       ctx.param_data[traced.graph->inputs()[i]->name] =

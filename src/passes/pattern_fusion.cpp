@@ -51,7 +51,11 @@
 // binds it like the traced params. It is a copy made at compile time: were a
 // weight later modified in place or moved, the graph would go on computing
 // with the stale copy. So the merge runs only under frozen_parameter, the
-// promise that params never change; without it the linears stay apart.
+// promise that params never change; without it the linears stay apart. It
+// also doubles those weights' memory (the model keeps its own), so it does not
+// run when the graph is generated as C++ (PassContext::codegen), where the
+// separate projections share one kernel anyway: max-autotune's default then
+// holds each weight once.
 //
 // Note [Views as results]
 // Kernels accept strided inputs (Note [Kernel ABI]), and slice/transpose/
@@ -409,7 +413,7 @@ bool fuse_one_add_rms_norm(ir::Graph& graph) {
 }  // namespace
 
 void pattern_fusion(ir::Graph& graph, PassContext& ctx) {
-  if (ctx.frozen_parameter) merge_projections(graph, ctx);
+  if (ctx.frozen_parameter && !ctx.codegen) merge_projections(graph, ctx);
   while (merge_one_rope_pair(graph)) {
   }
   fuse_silu_mul(graph);
