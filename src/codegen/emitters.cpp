@@ -266,8 +266,15 @@ bool emit_add_rms_norm(const EmitArgs& a, std::string& out) {
   return true;
 }
 
-// linear(x[..., K], w[N, K]) = x @ w^T: per row of x, N dot products, each
-// summed over K in order.
+// linear(x[..., K], w[N, K]) = x @ w^T, for a few rows of x (decode): per
+// row, N dot products over K. With unit strides, four output rows at a
+// time, eight lanes each (the prelude's sg_v8), then a scalar tail for K not
+// a multiple of 8: x is loaded once for four rows of w, and four sums run
+// side by side. More rows than
+// kMaxLinearRows is a matrix product: declined, so OpenBLAS's kernel runs it
+// (a loop nest here would re-read the weights once per row).
+constexpr std::int64_t kMaxLinearRows = 4;
+
 bool emit_linear(const EmitArgs& a, std::string& out) {
   if (!all_f32(a) || a.inputs[1].shape.size() != 2) return false;
   const EmitTensor& x = a.inputs[0];
@@ -275,6 +282,9 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   const EmitTensor& o = *a.out;
   const int nd = x.shape.size();
   const std::int64_t n = w.shape[0], k = w.shape[1];
+  std::int64_t rows = 1;
+  for (int d = 0; d < nd - 1; ++d) rows *= x.shape[d];
+  if (rows > kMaxLinearRows) return false;
   auto lead = [&](const EmitTensor& t) {
     std::string idx;
     for (int d = 0; d < nd - 1; ++d) {
@@ -286,12 +296,43 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
                      o.ptr, lead(o));
-  out += fmt::format("for (long long n = 0; n < {}; ++n) {{\n", i64(n));
-  out +=
-      fmt::format("const float* wr = {} + n * {};\nfloat acc = 0.0f;\n", w.ptr, i64(w.strides[0]));
-  out += fmt::format("for (long long c = 0; c < {}; ++c) acc += xr[c * {}] * wr[c * {}];\n", i64(k),
-                     i64(x.strides[nd - 1]), i64(w.strides[1]));
-  out += fmt::format("orow[n * {}] = acc;\n}}\n", i64(o.strides[nd - 1]));
+  const bool blocked = x.strides[nd - 1] == 1 && w.strides[1] == 1 && k >= 8;
+  const std::int64_t k8 = k - k % 8;  // the lanes' part; the rest is a scalar tail
+  std::int64_t done = 0;
+  if (blocked && n >= 4) {
+    done = n - n % 4;
+    out += fmt::format("for (long long n = 0; n < {}; n += 4) {{\n", i64(done));
+    out += fmt::format("const float* w0 = {} + n * {};\n", w.ptr, i64(w.strides[0]));
+    out += fmt::format(
+        "const float* w1 = w0 + {0};\nconst float* w2 = w1 + {0};\n"
+        "const float* w3 = w2 + {0};\n",
+        i64(w.strides[0]));
+    out += "sg_v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};\n";
+    out += fmt::format("for (long long c = 0; c < {}; c += 8) {{\n", i64(k8));
+    out +=
+        "const sg_v8 xv = sg_load8(xr + c);\n"
+        "a0 += xv * sg_load8(w0 + c);\na1 += xv * sg_load8(w1 + c);\n"
+        "a2 += xv * sg_load8(w2 + c);\na3 += xv * sg_load8(w3 + c);\n}\n";
+    out += "float s0 = sg_hsum8(a0), s1 = sg_hsum8(a1), s2 = sg_hsum8(a2), s3 = sg_hsum8(a3);\n";
+    if (k8 < k) {
+      out += fmt::format(
+          "for (long long c = {}; c < {}; ++c) {{ s0 += xr[c] * w0[c]; "
+          "s1 += xr[c] * w1[c]; s2 += xr[c] * w2[c]; s3 += xr[c] * w3[c]; }}\n",
+          i64(k8), i64(k));
+    }
+    out += fmt::format(
+        "orow[n * {0}] = s0;\norow[(n + 1) * {0}] = s1;\n"
+        "orow[(n + 2) * {0}] = s2;\norow[(n + 3) * {0}] = s3;\n}}\n",
+        i64(o.strides[nd - 1]));
+  }
+  if (done < n) {
+    out += fmt::format("for (long long n = {}; n < {}; ++n) {{\n", i64(done), i64(n));
+    out += fmt::format("const float* wr = {} + n * {};\nfloat acc = 0.0f;\n", w.ptr,
+                       i64(w.strides[0]));
+    out += fmt::format("for (long long c = 0; c < {}; ++c) acc += xr[c * {}] * wr[c * {}];\n",
+                       i64(k), i64(x.strides[nd - 1]), i64(w.strides[1]));
+    out += fmt::format("orow[n * {}] = acc;\n}}\n", i64(o.strides[nd - 1]));
+  }
   out += close_loops(nd - 1) + "}\n";
   return true;
 }

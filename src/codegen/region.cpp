@@ -89,6 +89,15 @@ inline float sg_sigmoid(float x) { return 1.0f / (1.0f + sg_exp(-x)); }
 inline float sg_gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float sg_hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 inline float sg_hardswish(float x) { return x * std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
+// Eight f32 lanes (GCC/Clang vector extensions: AVX registers where the CPU
+// has them, pairs of SSE registers otherwise).
+typedef float sg_v8 __attribute__((vector_size(32)));
+inline sg_v8 sg_load8(const float* p) {
+  sg_v8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float sg_hsum8(sg_v8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 inline float* sg_scratch(long long n) {
   thread_local std::vector<float> buffer;
   if (static_cast<long long>(buffer.size()) < n) buffer.resize(static_cast<std::size_t>(n));
