@@ -85,7 +85,7 @@ std::string resolve(const std::string& cxx) {
   std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + cxx;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + cxx;
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";

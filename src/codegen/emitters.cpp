@@ -176,10 +176,12 @@ bool emit_fused_elementwise(const EmitArgs& a, std::string& out) {
       case fp::kAddConst:
       case fp::kMulConst:
         if (stack.empty()) return false;
-        stack.back() = "(" + stack.back() +
-                       (fp::opcode_of(code[i]) == fp::kAddConst ? " + " : " * ") +
-                       "static_cast<float>(" +
-                       a.scalars[static_cast<std::size_t>(fp::kCodeSlots + arg)].expr + "))";
+        stack.back() =
+            "(" + stack.back() + (fp::opcode_of(code[i]) == fp::kAddConst ? " + " : " * ") +
+            "static_cast<float>(" +
+            a.scalars[static_cast<std::size_t>(fp::kCodeSlots) + static_cast<std::size_t>(arg)]
+                .expr +
+            "))";
         break;
       default:
         return false;
@@ -239,7 +241,7 @@ void rms_norm_body(const EmitTensor& x, const EmitTensor& w, const EmitTensor& o
 }
 
 bool emit_rms_norm(const EmitArgs& a, std::string& out) {
-  if (!all_f32(a) || a.inputs[0].shape.size() < 1 || a.inputs[1].shape.size() != 1) return false;
+  if (!all_f32(a) || a.inputs[0].shape.empty() || a.inputs[1].shape.size() != 1) return false;
   rms_norm_body(a.inputs[0], a.inputs[1], *a.out, a.scalars[0].expr, out);
   return true;
 }
@@ -480,7 +482,7 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
 
 // softmax over the last dimension, max-subtracted, as the kernel.
 bool emit_softmax(const EmitArgs& a, std::string& out) {
-  if (!all_f32(a) || a.inputs[0].shape.size() < 1) return false;
+  if (!all_f32(a) || a.inputs[0].shape.empty()) return false;
   const EmitTensor& x = a.inputs[0];
   const EmitTensor& o = *a.out;
   const int nd = x.shape.size();

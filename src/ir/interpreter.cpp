@@ -127,8 +127,9 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
     } else if (placement && node->aliased_operand() < 0) {
       placed = placement(*node);
     }
-    Tensor out = runner ? runner(*node, operands, scalars, placed)
-                        : run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
+    Tensor out = runner
+                     ? runner(*node, operands, scalars, placed)
+                     : run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
     if (observer) observer(*node, out);
     env[node->result()] = std::move(out);
   }
