@@ -13,7 +13,7 @@ using RegionFn = int (*)(void* const* p, const long long* s, char* err, int errl
 
 // Bumped whenever RegionFn or the generated prelude changes meaning: part of
 // every cache key, so entries from an older sinkgraph are never loaded.
-inline constexpr int kRegionAbi = 1;
+inline constexpr int kRegionAbi = 2;  // 2: no thread_local scratch in the prelude
 
 struct CompileResult {
   RegionFn fn = nullptr;  // null: failed (see error)

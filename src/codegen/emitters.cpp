@@ -61,6 +61,21 @@ std::string open_loops(const Shape& shape, const std::string& var, int first, in
 }
 std::string close_loops(int n) { return std::string(static_cast<std::size_t>(n), '}') + "\n"; }
 
+// Rows over the last dimension of a rank-`rank` tensor: the offset of the row
+// at the leading loop variables r0 .. r{rank-2} ("r0 * s0 + ... + "), and
+// element i of that row.
+std::string row_offset(const EmitTensor& t, int rank) {
+  std::string idx;
+  for (int d = 0; d < rank - 1; ++d) {
+    if (t.shape[d] == 1 || t.strides[d] == 0) continue;
+    idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
+  }
+  return idx;
+}
+std::string row_elem(const EmitTensor& t, int rank, const std::string& i) {
+  return t.ptr + "[" + row_offset(t, rank) + i + " * " + i64(t.strides[rank - 1]) + "]";
+}
+
 bool all_f32(const EmitArgs& a) {
   for (const EmitTensor& t : a.inputs) {
     if (t.dtype != DType::f32) return false;
@@ -218,16 +233,7 @@ void rms_norm_body(const EmitTensor& x, const EmitTensor& w, const EmitTensor& o
                    const std::string& eps, std::string& out) {
   const int nd = x.shape.size();
   const std::int64_t n = x.shape[nd - 1];
-  // Element i of the row at the leading loop vars r0 .. r{nd-2}.
-  auto elem = [&](const EmitTensor& t, const std::string& i) {
-    std::string idx;
-    for (int d = 0; d < nd - 1; ++d) {
-      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
-      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
-    }
-    idx += i + " * " + i64(t.strides[nd - 1]);
-    return t.ptr + "[" + idx + "]";
-  };
+  auto elem = [&](const EmitTensor& t, const std::string& i) { return row_elem(t, nd, i); };
   const std::string wi = w.ptr + "[i * " + i64(w.strides[0]) + "]";
   out += "{\n" + row_loops(x);
   out += "float ss = 0.0f;\n";
@@ -287,14 +293,7 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   std::int64_t rows = 1;
   for (int d = 0; d < nd - 1; ++d) rows *= x.shape[d];
   if (rows > kMaxLinearRows) return false;
-  auto lead = [&](const EmitTensor& t) {
-    std::string idx;
-    for (int d = 0; d < nd - 1; ++d) {
-      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
-      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
-    }
-    return idx;
-  };
+  auto lead = [&](const EmitTensor& t) { return row_offset(t, nd); };
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
                      o.ptr, lead(o));
@@ -423,6 +422,8 @@ bool emit_index_copy(const EmitArgs& a, std::string& out) {
   return true;
 }
 
+constexpr std::int64_t kStackScores = 16384;  // floats: 64 KiB of a worker's stack
+
 // attention(q[T, Hq, D], k[C, Hkv, D], v[C, Hkv, D], seq_len, scale): causal
 // over the cache's first seq_len positions, as the kernel: scores, max,
 // exponentials and their sum in order, then the weighted sum of v rows.
@@ -443,7 +444,14 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
       "if (seq_len < {0} || seq_len > {1}) {{ SG_FAIL(\"seq_len %lld is out of range: expected "
       "{0} <= seq_len <= {1} (the query rows and the cache length)\", seq_len); }}\n",
       i64(t_len), i64(cache));
-  out += fmt::format("float* scores = sg_scratch({});\n", i64(cache));
+  // Scores on the stack, or on the heap for long caches: no thread_local in
+  // generated code (LeakSanitizer's scan of a dlopen'ed object's dynamic TLS
+  // crashed at exit).
+  out += cache <= kStackScores
+             ? fmt::format("float scores[{}];\n", cache)
+             : fmt::format(
+                   "std::vector<float> scores_heap({});\nfloat* scores = scores_heap.data();\n",
+                   i64(cache));
   out += fmt::format("float acc[{}];\n", d);
   out += fmt::format("for (long long t = 0; t < {}; ++t) {{\n", i64(t_len));
   out += fmt::format("const long long visible = seq_len - {} + t + 1;\n", i64(t_len));
@@ -487,14 +495,7 @@ bool emit_softmax(const EmitArgs& a, std::string& out) {
   const EmitTensor& o = *a.out;
   const int nd = x.shape.size();
   const std::int64_t n = x.shape[nd - 1];
-  auto elem = [&](const EmitTensor& t, const std::string& i) {
-    std::string idx;
-    for (int d = 0; d < nd - 1; ++d) {
-      if (t.shape[d] == 1 || t.strides[d] == 0) continue;
-      idx += "r" + std::to_string(d) + " * " + i64(t.strides[d]) + " + ";
-    }
-    return t.ptr + "[" + idx + i + " * " + i64(t.strides[nd - 1]) + "]";
-  };
+  auto elem = [&](const EmitTensor& t, const std::string& i) { return row_elem(t, nd, i); };
   out += "{\n" + row_loops(x);
   out += fmt::format(
       "float mx = -__builtin_inff();\nfor (long long i = 0; i < {}; ++i) mx = {} > mx ? {} : "

@@ -98,11 +98,6 @@ inline sg_v8 sg_load8(const float* p) {
   return v;
 }
 inline float sg_hsum8(sg_v8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
-inline float* sg_scratch(long long n) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<long long>(buffer.size()) < n) buffer.resize(static_cast<std::size_t>(n));
-  return buffer.data();
-}
 }  // namespace
 #define SG_FAIL(...) do { std::snprintf(err, static_cast<std::size_t>(errlen), __VA_ARGS__); return 1; } while (0)
 )";

@@ -18,6 +18,7 @@
 
 #include "sinkgraph/error.h"
 #include "sinkgraph/llama.h"
+#include "test_files.h"
 
 namespace sinkgraph::models {
 namespace {
@@ -45,38 +46,12 @@ float raw_f32(const Bytes& bytes, std::size_t offset) {
   return v;
 }
 
-// Runs `fn`, expects a sinkgraph::Error whose message holds every `parts` entry.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(message.find(p), std::string::npos) << "message: " << message << "\nmissing: " << p;
-    }
-  }
-}
+using sgtest::expect_error;
 
-class TempDir {
+// A fresh folder per test.
+class TempDir : public sgtest::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sg_checkpoint_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const {
-    return (fs::path(path_) / name).string();
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : sgtest::TempDir("sg_checkpoint") {}
 };
 
 LlamaConfig small_config(ops::RopeStyle style = ops::RopeStyle::interleaved, bool shared = true) {

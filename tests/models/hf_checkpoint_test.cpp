@@ -23,6 +23,7 @@
 #include "generate.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/llama.h"
+#include "test_files.h"
 
 namespace sinkgraph::models {
 namespace {
@@ -57,38 +58,12 @@ std::string read_text(const std::string& path) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// Runs `fn`, expects a sinkgraph::Error whose message holds every `parts` entry.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(message.find(p), std::string::npos) << "message: " << message << "\nmissing: " << p;
-    }
-  }
-}
+using sgtest::expect_error;
 
-class TempDir {
+// A fresh folder per test.
+class TempDir : public sgtest::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sg_hf_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const {
-    return (fs::path(path_) / name).string();
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : sgtest::TempDir("sg_hf") {}
 };
 
 // A safetensors file as the test sees it: its JSON header and data section,
