@@ -444,46 +444,53 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
       "if (seq_len < {0} || seq_len > {1}) {{ SG_FAIL(\"seq_len %lld is out of range: expected "
       "{0} <= seq_len <= {1} (the query rows and the cache length)\", seq_len); }}\n",
       i64(t_len), i64(cache));
-  // Scores on the stack, or on the heap for long caches: no thread_local in
-  // generated code (LeakSanitizer's scan of a dlopen'ed object's dynamic TLS
-  // crashed at exit).
-  out += cache <= kStackScores
-             ? fmt::format("float scores[{}];\n", cache)
+  // The `group` query heads of one kv head are done together, so each k and
+  // v row is read once for all of them; per head, the sums run in the
+  // kernel's order. Scores on the stack, or on the heap for long caches: no
+  // thread_local in generated code (LeakSanitizer's scan of a dlopen'ed
+  // object's dynamic TLS crashed at exit).
+  const std::int64_t slots = group * cache;
+  out += slots <= kStackScores
+             ? fmt::format("float scores[{}];\n", slots)
              : fmt::format(
                    "std::vector<float> scores_heap({});\nfloat* scores = scores_heap.data();\n",
-                   i64(cache));
-  out += fmt::format("float acc[{}];\n", d);
+                   i64(slots));
+  out += fmt::format("float acc[{}][{}];\nfloat mx[{}], sum[{}];\n", group, d, group, group);
   out += fmt::format("for (long long t = 0; t < {}; ++t) {{\n", i64(t_len));
   out += fmt::format("const long long visible = seq_len - {} + t + 1;\n", i64(t_len));
-  out += fmt::format("for (long long h = 0; h < {}; ++h) {{\n", i64(hq));
-  out += fmt::format("const long long kvh = h / {};\n", i64(group));
-  out += fmt::format("const float* qrow = {} + t * {} + h * {};\n", q.ptr, i64(q.strides[0]),
-                     i64(q.strides[1]));
-  out += "float mx = -__builtin_inff();\n";
+  out += fmt::format("for (long long kvh = 0; kvh < {}; ++kvh) {{\n", i64(hkv));
+  out += fmt::format("const float* qbase = {} + t * {} + kvh * {};\n", q.ptr, i64(q.strides[0]),
+                     i64(group * q.strides[1]));
+  out += fmt::format("for (int g = 0; g < {}; ++g) mx[g] = -__builtin_inff();\n", group);
   out += "for (long long j = 0; j < visible; ++j) {\n";
   out += fmt::format("const float* krow = {} + j * {} + kvh * {};\n", k.ptr, i64(k.strides[0]),
                      i64(k.strides[1]));
-  out += "float dot = 0.0f;\n";
+  out += fmt::format("for (int g = 0; g < {}; ++g) {{\n", group);
+  out += fmt::format("const float* qrow = qbase + g * {};\nfloat dot = 0.0f;\n", i64(q.strides[1]));
   out += fmt::format("for (long long c = 0; c < {}; ++c) dot += qrow[c * {}] * krow[c * {}];\n",
                      i64(d), i64(q.strides[2]), i64(k.strides[2]));
-  out += "dot *= scale;\nscores[j] = dot;\nmx = dot > mx ? dot : mx;\n}\n";
-  out += "float sum = 0.0f;\n";
+  out += fmt::format(
+      "dot *= scale;\nscores[g * {} + j] = dot;\nmx[g] = dot > mx[g] ? dot : mx[g];\n}}\n}}\n",
+      i64(cache));
+  out += fmt::format("for (int g = 0; g < {}; ++g) {{\n", group);
+  out += fmt::format("float* sg = scores + g * {};\nfloat total = 0.0f;\n", i64(cache));
   out +=
-      "for (long long j = 0; j < visible; ++j) { const float e = sg_exp(scores[j] - mx); "
-      "scores[j] = e; sum += e; }\n";
-  out += fmt::format("for (long long c = 0; c < {}; ++c) acc[c] = 0.0f;\n", i64(d));
+      "for (long long j = 0; j < visible; ++j) { const float e = sg_exp(sg[j] - mx[g]); "
+      "sg[j] = e; total += e; }\n";
+  out += fmt::format("sum[g] = total;\nfor (long long c = 0; c < {}; ++c) acc[g][c] = 0.0f;\n}}\n",
+                     i64(d));
   out += "for (long long j = 0; j < visible; ++j) {\n";
   out += fmt::format("const float* vrow = {} + j * {} + kvh * {};\n", v.ptr, i64(v.strides[0]),
                      i64(v.strides[1]));
-  out += fmt::format(
-      "const float wj = scores[j];\nfor (long long c = 0; c < {}; ++c) acc[c] += wj "
-      "* vrow[c * {}];\n}}\n",
-      i64(d), i64(v.strides[2]));
-  out += "const float inv = 1.0f / sum;\n";
-  out += fmt::format("float* orow = {} + t * {} + h * {};\n", o.ptr, i64(o.strides[0]),
-                     i64(o.strides[1]));
-  out += fmt::format("for (long long c = 0; c < {}; ++c) orow[c * {}] = acc[c] * inv;\n", i64(d),
-                     i64(o.strides[2]));
+  out += fmt::format("for (int g = 0; g < {}; ++g) {{\nconst float wj = scores[g * {} + j];\n",
+                     group, i64(cache));
+  out += fmt::format("for (long long c = 0; c < {}; ++c) acc[g][c] += wj * vrow[c * {}];\n}}\n}}\n",
+                     i64(d), i64(v.strides[2]));
+  out += fmt::format("for (int g = 0; g < {}; ++g) {{\nconst float inv = 1.0f / sum[g];\n", group);
+  out += fmt::format("float* orow = {} + t * {} + (kvh * {} + g) * {};\n", o.ptr, i64(o.strides[0]),
+                     i64(group), i64(o.strides[1]));
+  out += fmt::format("for (long long c = 0; c < {}; ++c) orow[c * {}] = acc[g][c] * inv;\n}}\n",
+                     i64(d), i64(o.strides[2]));
   out += "}\n}\n}\n";
   return true;
 }
