@@ -69,13 +69,17 @@ std::string hash_hex(const std::string& text) {
                      fnv1a(text, 0x9e3779b97f4a7c15ULL));
 }
 
-std::string cpu_features() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) return line;
-  }
-  return "unknown cpu";
+// This CPU's feature flags, read once per process.
+const std::string& cpu_features() {
+  static const std::string flags = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) == 0) return line;
+    }
+    return std::string("unknown cpu");
+  }();
+  return flags;
 }
 
 // The compiler's executable: a path, or a name looked up in PATH.

@@ -69,14 +69,23 @@ void OpRegistry::add(OpDef def) {
   s.by_name.emplace(name, &s.ops.back());
 }
 
-void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
-  const auto& map = state().by_name;
-  const auto it = map.find(std::string(name));
-  SG_CHECK(it != map.end(), "set_kernel: unknown operator '", name, "'");
+namespace {
+// The definition a backend attaches something to (a kernel, an emitter):
+// known, and neither a view nor a composite, which run nothing of their own.
+OpDef& backend_target(const std::unordered_map<std::string, const OpDef*>& by_name,
+                      std::string_view name, const char* what) {
+  const auto it = by_name.find(std::string(name));
+  SG_CHECK(it != by_name.end(), what, ": unknown operator '", name, "'");
   // The deque holds the definitions; by_name points into it.
   auto& def = const_cast<OpDef&>(*it->second);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  SG_CHECK(!def.schema.is_view && def.composite == nullptr, "set_kernel: '", name,
+  SG_CHECK(!def.schema.is_view && def.composite == nullptr, what, ": '", name,
            "' is a view or a composite and runs no kernel of its own");
+  return def;
+}
+}  // namespace
+
+void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn kernel) {
+  OpDef& def = backend_target(state().by_name, name, "set_kernel");
   SG_CHECK(kernel != nullptr, "set_kernel: null kernel for '", name, "'");
   KernelFn& slot = def.kernels[static_cast<std::size_t>(device)];
   SG_CHECK(slot == nullptr, "set_kernel: '", name, "' already has a ", device_type_name(device),
@@ -85,12 +94,7 @@ void OpRegistry::set_kernel(std::string_view name, DeviceType device, KernelFn k
 }
 
 void OpRegistry::set_emitter(std::string_view name, EmitFn emit) {
-  const auto& map = state().by_name;
-  const auto it = map.find(std::string(name));
-  SG_CHECK(it != map.end(), "set_emitter: unknown operator '", name, "'");
-  auto& def = const_cast<OpDef&>(*it->second);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  SG_CHECK(!def.schema.is_view && def.composite == nullptr, "set_emitter: '", name,
-           "' is a view or a composite and runs no kernel of its own");
+  OpDef& def = backend_target(state().by_name, name, "set_emitter");
   SG_CHECK(emit != nullptr, "set_emitter: null emitter for '", name, "'");
   SG_CHECK(def.emit == nullptr, "set_emitter: '", name, "' already has an emitter");
   def.emit = emit;

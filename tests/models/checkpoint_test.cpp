@@ -25,20 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using Bytes = std::vector<std::uint8_t>;
-
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using sgtest::Bytes;
+using sgtest::read_bytes;
+using sgtest::write_bytes;
+using sgtest::write_text;
 
 float raw_f32(const Bytes& bytes, std::size_t offset) {
   float v = 0;

@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using Bytes = std::vector<std::uint8_t>;
+using sgtest::Bytes;
 
 const fs::path kStoriesDir = fs::path(SG_SHARED_DIR) / "models" / "stories260K";
 const std::string kStories = (kStoriesDir / "stories260K.bin").string();
@@ -40,23 +40,10 @@ const std::string kStories = (kStoriesDir / "stories260K.bin").string();
     GTEST_SKIP() << "skipped: " << kStories << " is absent (the shared reference model)"; \
   }
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+using sgtest::read_bytes;
+using sgtest::read_text;
+using sgtest::write_bytes;
+using sgtest::write_text;
 
 using sgtest::expect_error;
 
@@ -146,22 +133,8 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-std::vector<std::int64_t> reference_ids() {
-  std::ifstream in(kStoriesDir / "bos_greedy_200.txt");
-  std::vector<std::int64_t> ids;
-  std::int64_t v = 0;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
-
-std::vector<float> reference_logits() {
-  std::ifstream in(kStoriesDir / "bos_logits_64x512.f32", std::ios::binary);
-  std::vector<float> v(64 * 512);
-  in.read(reinterpret_cast<char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(float)));
-  EXPECT_TRUE(in.good());
-  return v;
-}
+std::vector<std::int64_t> reference_ids() { return sgtest::stories_reference_ids(kStoriesDir); }
+std::vector<float> reference_logits() { return sgtest::stories_reference_logits(kStoriesDir); }
 
 const LlamaModel& stories() {
   static const LlamaModel model = load_llama2c(kStories);

@@ -10,6 +10,7 @@
 
 #include "generate.h"
 #include "sinkgraph/error.h"
+#include "test_files.h"
 
 namespace {
 
@@ -29,22 +30,8 @@ const sg::models::LlamaModel& stories() {
   return model;
 }
 
-std::vector<std::int64_t> reference_ids() {
-  std::ifstream in(kStories / "bos_greedy_200.txt");
-  std::vector<std::int64_t> ids;
-  std::int64_t v = 0;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
-
-std::vector<float> reference_logits() {
-  std::ifstream in(kStories / "bos_logits_64x512.f32", std::ios::binary);
-  std::vector<float> v(64 * 512);
-  in.read(reinterpret_cast<char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(float)));
-  EXPECT_TRUE(in.good());
-  return v;
-}
+std::vector<std::int64_t> reference_ids() { return sgtest::stories_reference_ids(kStories); }
+std::vector<float> reference_logits() { return sgtest::stories_reference_logits(kStories); }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

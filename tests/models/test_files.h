@@ -14,6 +14,42 @@
 
 namespace sgtest {
 
+using Bytes = std::vector<std::uint8_t>;
+
+inline Bytes read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline void write_bytes(const std::string& path, const Bytes& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// stories260K's reference files (../shared/models/stories260K/README.md) in
+// the folder `dir`: the 200 greedy ids from BOS, and the 64 x 512 logits.
+inline std::vector<std::int64_t> stories_reference_ids(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "bos_greedy_200.txt");
+  std::vector<std::int64_t> ids;
+  for (std::int64_t v = 0; in >> v;) ids.push_back(v);
+  return ids;
+}
+inline std::vector<float> stories_reference_logits(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "bos_logits_64x512.f32", std::ios::binary);
+  std::vector<float> v(64 * 512);
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
+  EXPECT_TRUE(in.good());
+  return v;
+}
+
 // Runs `fn`, expects a sinkgraph::Error whose message holds every `parts` entry.
 inline void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
   try {
