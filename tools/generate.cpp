@@ -94,11 +94,16 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     prefill_options.arg_names = {"tokens", "pos0", "kv_cache"};
     prefill_options.dynamic_dims[0] = {0};
     prefill_options.parameters = [&model] { return model.named_parameters(); };
+    // max-autotune keeps its post-pass graphs beside its generated code, so
+    // a restart skips tracing and the passes as well as the compiler (Note
+    // [Saved graphs] in src/compiler/saved_graphs.cpp).
+    if (options.mode == Mode::max_autotune) prefill_options.cache_key = model.trace_key();
     prefill = compile(fn, backend, prefill_options);
     TraceOptions decode_options;
     decode_options.graph_name = "decode";
     decode_options.arg_names = {"token", "pos", "kv_cache"};
     decode_options.parameters = prefill_options.parameters;
+    decode_options.cache_key = prefill_options.cache_key;
     decode = compile(fn, backend, decode_options);
   }
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,

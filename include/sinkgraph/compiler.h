@@ -115,6 +115,9 @@ class SG_API GraphCompiler {
   // The pass pipeline for the config's mode (names, in order).
   [[nodiscard]] std::vector<std::string> pipeline() const;
   std::unique_ptr<ConcreteGraph> compile(TracedGraph& traced) const;
+  // The concrete graph for a graph that went through pipeline() already (one
+  // loaded from saved graphs): runs no pass.
+  [[nodiscard]] std::unique_ptr<ConcreteGraph> build(const TracedGraph& traced) const;
 
  private:
   CompilerConfig config_;
@@ -158,11 +161,28 @@ class SG_API CompiledFunction {
   // The graph compiled for the i-th guard set.
   [[nodiscard]] const ir::Graph& graph(std::size_t i) const;
 
+  // Note [Saved graphs] (src/compiler/saved_graphs.cpp): every guard set's
+  // post-pass graph, its guards and how its inputs bind, as a JSON file
+  // written atomically. Its params are written by name: a graph reading a
+  // tensor the model does not list (TraceOptions::parameters), or one a pass
+  // computed (frozen_parameter's folded weights), cannot be saved (throws
+  // sinkgraph::Error naming it).
+  void save(const std::string& path) const;
+  // Adds the graphs of a saved file, which must come from a function with the
+  // same graph name, the same graph-shaping options and passes, and the same
+  // sinkgraph version; its params are found by name in the model's tensors.
+  // Loaded graphs skip tracing and the passes: the first call whose guards
+  // match captures them. Only before the first call. Returns the number of
+  // graphs; throws sinkgraph::Error, changing nothing, for a file that does
+  // not parse, does not match, or disagrees with itself.
+  std::size_t load(const std::string& path);
+
  private:
   struct Entry {
     TracedGraph traced;
     std::unique_ptr<ConcreteGraph> compiled;
     std::string reason;
+    std::string loaded_from;  // the saved-graphs file it came from, if any
     std::int64_t calls = 0;
   };
   TracedFn fn_;
@@ -170,10 +190,21 @@ class SG_API CompiledFunction {
   TraceOptions options_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Entry>> entries_;
+  // TraceOptions::cache_key's file; empty when off, or after it failed.
+  std::string saved_path_;
+  bool saved_checked_ = false;
   std::vector<std::string> log_;
   std::int64_t traces_ = 0;
   std::int64_t eager_calls_ = 0;
   bool limit_warned_ = false;
+
+  // The bodies of save() and load(), under mutex_ (saved_graphs.cpp).
+  void save_locked(const std::string& path) const;
+  std::size_t load_locked(const std::string& path);
+  // TraceOptions::cache_key: finds saved graphs before the first call, and
+  // keeps the file current after each trace. Problems warn once, never throw.
+  void use_saved_graphs_locked();
+  void update_saved_graphs_locked();
 };
 
 SG_API std::shared_ptr<CompiledFunction> compile(TracedFn fn, std::shared_ptr<Backend> backend,

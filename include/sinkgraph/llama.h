@@ -80,6 +80,10 @@ class SG_API LlamaModel {
   // the tensors the model holds: compile() guards each traced param on them
   // (TraceOptions::parameters).
   [[nodiscard]] NamedTensors named_parameters() const;
+  // Everything forward() bakes into a trace besides the weights' shapes:
+  // TraceOptions::cache_key for this model's compiled functions (Note [Saved
+  // graphs] in src/compiler/saved_graphs.cpp).
+  [[nodiscard]] std::string trace_key() const;
 
  private:
   LlamaConfig config_;

@@ -60,6 +60,15 @@ struct TraceOptions {
   // For each argument index, the dims that are dynamic (become symbols s0, s1, ...).
   std::map<int, std::vector<int>> dynamic_dims;
   Decompositions decompositions;
+  // Names what the function computes, for the saved graphs (Note [Saved
+  // graphs] in src/compiler/saved_graphs.cpp): when set, the compiled function
+  // keeps its post-pass graphs and guards in the compile cache folder
+  // (CompilerConfig::cache_dir), in a file named by this key, the graph name,
+  // the options that shape the graph and sinkgraph's version, so a later
+  // process skips tracing and the passes. The file cannot see the function's
+  // code: change the key whenever the code changes. Params are found again by
+  // name through `parameters`.
+  std::string cache_key;
 };
 
 // What a traced graph assumed about its arguments.
@@ -84,6 +93,7 @@ struct ArgGuard {
 // the call must still find that tensor viewing the same memory.
 struct ParamGuard {
   std::string name;
+  int param = -1;  // index into TracedGraph::params
   const Tensor* handle = nullptr;
   const void* storage = nullptr;
   std::int64_t offset = 0;

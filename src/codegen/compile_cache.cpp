@@ -64,11 +64,6 @@ std::uint64_t fnv1a(std::string_view text, std::uint64_t seed) {
   return h;
 }
 
-std::string hash_hex(const std::string& text) {
-  return fmt::format("{:016x}{:016x}", fnv1a(text, 14695981039346656037ULL),
-                     fnv1a(text, 0x9e3779b97f4a7c15ULL));
-}
-
 // This CPU's feature flags, read once per process.
 const std::string& cpu_features() {
   static const std::string flags = [] {
@@ -131,26 +126,6 @@ std::string first_lines(const std::string& path, int n) {
   return out;
 }
 
-// A private folder for the cache, or an error saying why it cannot be used.
-std::string prepare_dir(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    const mode_t old = ::umask(077);
-    fs::create_directories(dir, ec);
-    ::umask(old);
-    if (ec) return "cannot create the cache folder " + dir + ": " + ec.message();
-    ::chmod(dir.c_str(), 0700);
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return "the cache folder " + dir + " is not a folder";
-  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
-    return "the cache folder " + dir +
-           " is not private to this user (others could plant code in it); use a folder only "
-           "you can write, e.g. SINKGRAPH_CACHE_DIR";
-  return "";
-}
-
 void evict(const std::string& dir) {
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, fs::path>> entries;
@@ -199,6 +174,30 @@ std::mutex& cache_mutex() {
 }
 
 }  // namespace
+
+std::string hash_hex(const std::string& text) {
+  return fmt::format("{:016x}{:016x}", fnv1a(text, 14695981039346656037ULL),
+                     fnv1a(text, 0x9e3779b97f4a7c15ULL));
+}
+
+std::string prepare_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    const mode_t old = ::umask(077);
+    fs::create_directories(dir, ec);
+    ::umask(old);
+    if (ec) return "cannot create the cache folder " + dir + ": " + ec.message();
+    ::chmod(dir.c_str(), 0700);
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return "the cache folder " + dir + " is not a folder";
+  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+    return "the cache folder " + dir +
+           " is not private to this user (others could plant code in it); use a folder only "
+           "you can write, e.g. SINKGRAPH_CACHE_DIR";
+  return "";
+}
 
 std::string cache_dir(const std::string& configured) {
   if (!configured.empty()) return configured;

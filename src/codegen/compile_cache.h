@@ -25,6 +25,12 @@ struct CompileResult {
 // The cache folder: `configured` when not empty, else SINKGRAPH_CACHE_DIR,
 // else $XDG_CACHE_HOME/sinkgraph, else $HOME/.cache/sinkgraph.
 std::string cache_dir(const std::string& configured);
+// Creates `dir` private to the user (0700) when missing; returns "" when it
+// can hold cache entries, else why not (not a folder, or writable by others:
+// a planted entry would run as us).
+std::string prepare_dir(const std::string& dir);
+// 128 bits of FNV-1a (two seeds) as hex: cache keys.
+std::string hash_hex(const std::string& text);
 // The compiler: SINKGRAPH_CXX when set, else the one the project was
 // configured with.
 std::string compiler();

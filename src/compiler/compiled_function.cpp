@@ -24,6 +24,7 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
     detail::check_not_capturing(options_.graph_name);  // before any lock
   }
   std::lock_guard lock(mutex_);
+  use_saved_graphs_locked();
   Entry* entry = nullptr;
   std::string why;
   for (const auto& e : entries_) {
@@ -57,6 +58,7 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
     detail::info("function @" + options_.graph_name + ": " + log_.back());
     entry = e.get();
     entries_.push_back(std::move(e));
+    update_saved_graphs_locked();
   }
   ++entry->calls;
   const std::vector<ir::RtValue> inputs = entry->traced.graph_inputs(args);
@@ -107,7 +109,12 @@ std::string CompiledFunction::explain(bool with_device_graphs) const {
   out += pipeline.empty() ? " (none)\n" : "\n";
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = *entries_[i];
-    out += "graph " + std::to_string(i) + ": traced because: " + e.reason + "\n";
+    out +=
+        "graph " + std::to_string(i) + ": " +
+        (e.loaded_from.empty() ? "traced because: " + e.reason
+                               : "loaded from " + e.loaded_from +
+                                     " (traced by an earlier process because: " + e.reason + ")") +
+        "\n";
     out += "  guards: " + e.traced.guards.str() + "\n";
     const auto& ins = e.traced.graph->inputs();
     const auto params = std::count_if(

@@ -76,7 +76,6 @@ std::vector<std::string> GraphCompiler::pipeline() const {
 }
 
 std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const {
-  std::vector<std::string> notes;  // for the explain report (none today)
   const bool eager = config_.force_eager || config_.mode == Mode::eager;
 
   passes::PassManager manager;
@@ -113,7 +112,12 @@ std::unique_ptr<ConcreteGraph> GraphCompiler::compile(TracedGraph& traced) const
         {InputBinding::Source::param, static_cast<int>(traced.params.size())});
     traced.params.push_back(it->second);
   }
-  if (eager)
+  return build(traced);
+}
+
+std::unique_ptr<ConcreteGraph> GraphCompiler::build(const TracedGraph& traced) const {
+  std::vector<std::string> notes;  // for the explain report (none today)
+  if (config_.force_eager || config_.mode == Mode::eager)
     return std::make_unique<EagerGraph>(traced.graph->clone(), std::move(notes), config_.data_dump);
   return detail::make_captured_graph(traced.graph->clone(), config_, std::move(notes));
 }

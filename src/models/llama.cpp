@@ -48,6 +48,15 @@ std::string LlamaConfig::str() const {
   return out.str();
 }
 
+std::string LlamaModel::trace_key() const {
+  // Bump the leading tag when forward() changes what it records.
+  std::ostringstream out;
+  out << "sinkgraph.llama.forward/1: " << config_.str() << ", norm_eps " << std::hexfloat
+      << config_.norm_eps << ", rope_theta " << config_.rope_theta << ", weights "
+      << dtype_name(weights_.tok_embeddings.dtype());
+  return out.str();
+}
+
 namespace {
 
 void check_shape(const Tensor& t, const Shape& want, const std::string& name) {

@@ -271,7 +271,8 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
   // Params read through the model's own tensors are guarded on them.
   if (options.parameters) {
     const NamedTensors handles = options.parameters();
-    for (const Tensor& p : out.params) {
+    for (std::size_t i = 0; i < out.params.size(); ++i) {
+      const Tensor& p = out.params[i];
       for (const auto& [pname, handle] : handles) {
         if (handle == nullptr || !handle->defined() || handle->is_traced() ||
             !same_view(*handle, p)) {
@@ -279,6 +280,7 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
         }
         ParamGuard g;
         g.name = pname;
+        g.param = static_cast<int>(i);
         g.handle = handle;
         g.storage = p.storage().get();
         g.offset = p.offset();

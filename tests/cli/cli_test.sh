@@ -350,6 +350,16 @@ check codegen-warm 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps
 expect codegen-warm-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:8}"
 expect codegen-warm-hits test "$(stat_of compile_cache_hits)" -gt "$cold_hits"
 expect codegen-warm-compiles-nothing test "$(ls "$cache"/*.so | wc -l)" = "$objects"
+# The post-pass graphs were saved beside the code (Note [Saved graphs]): a
+# restart loads them instead of tracing; a bad file is traced around.
+expect saved-graphs-written test "$(ls "$cache"/*.graphs.json | wc -l)" = 2
+check saved-graphs-loaded 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids --explain
+expect saved-graphs-loaded-ids test "$(head -n 1 "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect saved-graphs-loaded-said grep -q "loaded from $cache/" "$tmp/out" "$tmp/err"
+for g in "$cache"/*.graphs.json; do echo '{"format": "sinkgraph.saved_graphs"' >"$g"; done
+check saved-graphs-corrupt 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids
+expect saved-graphs-corrupt-ids test "$(cat "$tmp/out")" = "ids: ${shipped[*]:0:8}"
+expect saved-graphs-corrupt-said grep -q "ignoring saved graphs" "$tmp/err"
 for so in "$cache"/*.so; do echo "not an ELF object" >"$so"; done
 check codegen-corrupt 0 -- env SINKGRAPH_CACHE_DIR="$cache" "$bin" generate --steps 8 --mode max-autotune --print-ids
 expect codegen-corrupt-ids test "$(cat "$tmp/out")" = "ids: ${shipped[*]:0:8}"
