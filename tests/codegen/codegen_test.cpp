@@ -113,6 +113,21 @@ TEST_F(CodegenTest, norms_linear_softmax_and_silu_mul) {
   EXPECT_GE(c->counters().codegen_kernels, 1);
 }
 
+// A weight past kMaxGeneratedWeightBytes (256 KiB) streams from memory, where
+// OpenBLAS's kernel reads it faster: that linear keeps its kernel, and the
+// operators on each side of it become two generated regions.
+TEST_F(CodegenTest, a_linear_with_a_large_weight_runs_its_kernel_between_regions) {
+  const sg::Tensor norm = rnd({256}, 5), big = rnd({512, 256}, 6);  // 512 KiB
+  const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    namespace o = sg::ops;
+    const sg::Tensor h = o::rms_norm(std::get<sg::Tensor>(a[0]), norm, 1e-5);
+    return {o::silu(o::linear(h, big))};
+  };
+  auto c = check(fn, {{rnd({1, 256}, 8)}, {rnd({1, 256}, 9)}}, 1e-4F);
+  EXPECT_EQ(c->counters().codegen_kernels, 2) << c->explain(true);
+  EXPECT_NE(c->explain(true).find("] linear(f32[1,256]"), std::string::npos) << c->explain(true);
+}
+
 // rope's position, attention's seq_len and index_copy_'s row are updatable:
 // one capture serves every position, each replay patching the region's slots.
 TEST_F(CodegenTest, decode_attention_block_updatable_scalars_across_replays) {
