@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
 #include "sinkgraph/ops.h"
@@ -233,6 +234,7 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
   // of both functions served by the compile cache.
   j["codegen_kernels"] = r.decode_counters.codegen_kernels;
   j["compile_cache_hits"] = sum.compile_cache_hits;
+  j["threads"] = num_threads();
   return j.dump();
 }
 

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "default_model.h"
 #include "generate.h"
+#include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
 #include "sinkgraph/log.h"
@@ -33,6 +34,7 @@ struct CliOptions {
   std::string explain;  // "" (not asked), "summary" or "full"
   bool stream = false;
   std::string trace;
+  std::optional<int> threads;
 };
 
 std::vector<std::int64_t> parse_ids(const std::string& text) {
@@ -96,6 +98,11 @@ int run(const CliOptions& o) {
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
   SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+  if (o.threads) {
+    SG_CHECK(*o.threads >= 1 && *o.threads <= kMaxThreads, "--threads must be from 1 to ",
+             kMaxThreads, ", got ", *o.threads);
+    set_num_threads(*o.threads);
+  }
   SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const auto logits_file = output_file(o.dump_logits, "--dump-logits");
   const auto trace_file = output_file(o.trace, "--trace");
@@ -193,6 +200,9 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write every row of logits as raw little-endian f32");
   cmd->add_flag("--stats", o->stats, "print one JSON line of statistics, last");
+  cmd->add_option("--threads", o->threads,
+                  "compute threads, the stream's worker included (default: SINKGRAPH_NUM_THREADS, "
+                  "else the cores available)");
   cmd->add_flag("--explain{summary}", o->explain,
                 "print the explain report: decisions and one line per device graph; "
                 "--explain=full adds every node (stderr with --stats or --print-ids)")

@@ -64,9 +64,15 @@ SG_API Device& get_device(DeviceType type, int index = 0);
 SG_API std::vector<DeviceType> available_device_types();
 inline Device& cpu() { return get_device(DeviceType::cpu, 0); }
 
-// Intra-op threads, for OpenBLAS and our own kernels alike. Default 1: one
-// compute thread per stream worker.
+// Intra-op threads: the compute threads a CPU kernel may split its work
+// across, the stream's worker included (Note [Compute threads] in
+// src/runtime/cpu/compute_pool.h). The default is the environment variable
+// SINKGRAPH_NUM_THREADS when it holds a whole number from 1 to 1024, else
+// available_cores(). set_num_threads() throws sinkgraph::Error outside 1..1024.
 SG_API void set_num_threads(int threads);
 SG_API int num_threads();
+// The cores this process may run on (its CPU affinity mask), at least 1.
+SG_API int available_cores();
+inline constexpr int kMaxThreads = 1024;
 
 }  // namespace sinkgraph

@@ -87,6 +87,13 @@ class SG_API KernelContext {
   virtual void fail(const std::string& message) = 0;
   // Intra-op threads this kernel may use (see set_num_threads()).
   [[nodiscard]] virtual int num_threads() const = 0;
+  // Runs fn(arg, part) for every part in [0, parts) on the device's compute
+  // threads, the calling thread included, and returns when all are done
+  // (Note [Compute threads]). Kernels reach it through parallel_for(). The
+  // default runs the parts in order on the calling thread.
+  virtual void parallel_run(int parts, void (*fn)(void* arg, int part), void* arg) {
+    for (int p = 0; p < parts; ++p) fn(arg, p);
+  }
 };
 
 }  // namespace sinkgraph

@@ -290,7 +290,7 @@ constexpr std::int64_t kMaxLinearRows = 4;
 // such a linear is declined: it runs its kernel between two regions.
 // Weights that fit (all of stories260K's) stay in the generated code, fused
 // with their neighbours.
-constexpr std::int64_t kMaxGeneratedWeightBytes = 256 * 1024;
+constexpr std::int64_t kMaxGeneratedWeightBytes = std::int64_t{256} * 1024;
 
 bool emit_linear(const EmitArgs& a, std::string& out) {
   if (!all_f32(a) || a.inputs[1].shape.size() != 2) return false;

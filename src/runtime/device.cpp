@@ -1,17 +1,45 @@
 #include "sinkgraph/device.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <sched.h>
+#include <string>
+#include <thread>
 
 #include "backends.h"
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/log.h"
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph {
 
 namespace {
-std::atomic<int> g_num_threads{1};
+std::atomic<int> g_num_threads{0};  // 0: not set, use default_threads()
+
+// SINKGRAPH_NUM_THREADS, read once; a value that is not a whole number in
+// 1..kMaxThreads is reported and ignored.
+int default_threads() {
+  static const int threads = [] {
+    const char* env = std::getenv("SINKGRAPH_NUM_THREADS");
+    if (env == nullptr || *env == '\0') return available_cores();
+    const std::string_view text(env);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxThreads) {
+      log(LogLevel::warn, "SINKGRAPH_NUM_THREADS=\"" + std::string(text) +
+                              "\" is not a thread count from 1 to " + std::to_string(kMaxThreads) +
+                              "; using the " + std::to_string(available_cores()) +
+                              " available cores");
+      return available_cores();
+    }
+    return value;
+  }();
+  return threads;
+}
 
 struct Registry {
   std::unique_ptr<Device> cpu = cpu_device::make_device();
@@ -90,10 +118,24 @@ std::vector<DeviceType> available_device_types() {
 }
 
 void set_num_threads(int threads) {
-  SG_CHECK(threads >= 1, "set_num_threads: expected at least 1 thread, got ", threads);
+  SG_CHECK(threads >= 1 && threads <= kMaxThreads, "set_num_threads: expected 1 to ", kMaxThreads,
+           " threads, got ", threads);
   g_num_threads.store(threads, std::memory_order_relaxed);
 }
 
-int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
+int num_threads() {
+  const int set = g_num_threads.load(std::memory_order_relaxed);
+  return set > 0 ? set : default_threads();
+}
+
+int available_cores() {
+  static const int cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }();
+  return cores;
+}
 
 }  // namespace sinkgraph

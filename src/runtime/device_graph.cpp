@@ -254,6 +254,9 @@ class NodeContext final : public KernelContext {
   NodeContext(KernelContext& inner, const std::string& label) : inner_(inner), label_(label) {}
   void fail(const std::string& message) override { inner_.fail(label_ + ": " + message); }
   [[nodiscard]] int num_threads() const override { return inner_.num_threads(); }
+  void parallel_run(int parts, void (*fn)(void*, int), void* arg) override {
+    inner_.parallel_run(parts, fn, arg);
+  }
 
  private:
   KernelContext& inner_;

@@ -60,7 +60,7 @@ keys = ["mode", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "de
         "recapture_due_to_mutated_input_change", "recapture_due_to_parameter_change",
         "recapture_due_to_force_recapture", "eager_fallback_due_to_capture_limit",
         "pool_reserved_bytes", "peak_allocated_bytes", "kv_cache_bytes", "codegen_kernels",
-        "compile_cache_hits"]
+        "compile_cache_hits", "threads"]
 missing = [k for k in keys if k not in s]
 assert not missing, missing
 assert s["mode"] == "reduce-overhead" and s["generated_tokens"] == 6 and s["decode_captured"] == 1, s
@@ -97,6 +97,17 @@ check bad-ids 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 x"
 check id-range 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 64"
 check stop-id-range 2 -- "$bin" generate --model "$tmp/m.bin" --steps 4 --stop-id 64
 expect stop-id-message grep -q "stop-id 64 is out of range" "$tmp/err"
+check threads-zero 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --threads 0
+expect threads-zero-message grep -q "threads must be from 1 to" "$tmp/err"
+check threads-word 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --threads two
+# --threads and SINKGRAPH_NUM_THREADS set the compute threads; the ids do not change.
+check threads-3 0 -- "$bin" generate --model "$tmp/m.bin" --steps 5 --print-ids --stats --threads 3
+expect threads-3-stats grep -q '"threads":3' "$tmp/out"
+expect threads-3-ids test "$(head -n 1 "$tmp/out")" = "$ids_ro"
+check threads-env 0 -- env SINKGRAPH_NUM_THREADS=1 "$bin" generate --model "$tmp/m.bin" --steps 2 --stats
+expect threads-env-stats grep -q '"threads":1' "$tmp/out"
+check threads-env-bad 0 -- env SINKGRAPH_NUM_THREADS=lots "$bin" generate --model "$tmp/m.bin" --steps 2 --stats
+expect threads-env-bad-warns grep -q "SINKGRAPH_NUM_THREADS" "$tmp/err"
 check too-long 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 2" --steps 31
 expect too-long-message grep -q "seq_len" "$tmp/err"
 

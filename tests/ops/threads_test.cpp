@@ -1,48 +1,277 @@
-// One setting controls intra-op threads for OpenBLAS and our kernels alike:
-// our kernels' results do not depend on it. (OpenBLAS itself is left out:
-// its own threads are invisible to the tsan preset, which keeps it at one.)
+// The compute threads (Note [Compute threads], Note [Splitting a kernel's
+// work]): every kernel that splits its work, at 1, 2 and 3 threads, against
+// its naive reference (sgtest::ref) and bitwise against itself at one thread
+// (the parts are static, so the thread count must not change a bit). Sizes
+// are chosen above each kernel's work threshold, so the parts really run on
+// several threads; the tsan preset runs this file too. Then the pool under
+// use: streams on several host threads while the thread count changes, and a
+// stream destroyed with parallel kernels still queued.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
+#include "sinkgraph/stream.h"
 
 namespace {
 
 namespace sg = sinkgraph;
+namespace ref = sgtest::ref;
+using ref::Dims;
+using sgtest::make;
 
-sg::Tensor random(const sg::Shape& shape, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  std::vector<float> v(static_cast<std::size_t>(sg::numel(shape)));
-  for (auto& x : v) x = dist(rng);
-  return sg::Tensor::from_floats(v, shape);
-}
+// Restores the process's thread count when a test ends.
+class ThreadCount {
+ public:
+  ThreadCount() : saved_(sg::num_threads()) {}
+  ~ThreadCount() { sg::set_num_threads(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
 
-struct Results {
-  std::vector<float> add, silu, attention;
+ private:
+  int saved_;
 };
 
-Results run_all() {
-  const sg::Tensor a = random({300, 300}, 1), b = random({300, 300}, 2);
-  const sg::Tensor q = random({4, 8, 16}, 3), k = random({32, 4, 16}, 4),
-                   v = random({32, 4, 16}, 5);
-  return {sg::ops::add(a, b).to_floats(), sg::ops::silu(a).to_floats(),
-          sg::ops::attention(q, k, v, 20).to_floats()};
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(ops_threads, results_do_not_depend_on_the_intra_op_thread_count) {
-  ASSERT_EQ(sg::num_threads(), 1) << "the default is one compute thread per stream worker";
-  const Results one = run_all();
-  sg::set_num_threads(2);
-  const Results two = run_all();
-  sg::set_num_threads(1);
-  EXPECT_EQ(one.add, two.add);
-  EXPECT_EQ(one.silu, two.silu);
-  EXPECT_EQ(one.attention, two.attention);
+// Allocates and frees an f32 block of n NaNs, so that the next output of
+// that size, served from the allocator's cache, starts as NaN.
+void poison(std::size_t n) {
+  (void)sg::Tensor::from_floats(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()),
+                                {static_cast<std::int64_t>(n)});
+}
+
+// One kernel's case: its result from the library and from the reference.
+struct Case {
+  std::string name;
+  std::function<std::vector<float>()> run;
+  std::vector<float> want;
+  double rtol, atol;
+};
+
+std::vector<Case> cases() {
+  std::mt19937 rng(20261201);
+  const auto rnd = [&](std::int64_t n) { return sgtest::random_floats(rng, n); };
+  std::vector<Case> out;
+
+  const std::int64_t flat = 90000;  // elementwise: ~3 parts of kMinParallelWork
+  const auto a = rnd(flat), b = rnd(flat);
+  const sg::Tensor ta = make(a, {300, 300}), tb = make(b, {300, 300});
+  std::vector<float> add(a.size()), silu(a.size()), silu_mul(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    add[i] = a[i] + b[i];
+    silu[i] = static_cast<float>(ref::silu(a[i]));
+    silu_mul[i] = static_cast<float>(ref::silu(a[i]) * b[i]);
+  }
+  out.push_back({"add", [=] { return sg::ops::add(ta, tb).to_floats(); }, add, 0, 0});
+  out.push_back({"silu", [=] { return sg::ops::silu(ta).to_floats(); }, silu, 1e-5, 1e-6});
+  out.push_back(
+      {"silu_mul", [=] { return sg::ops::silu_mul(ta, tb).to_floats(); }, silu_mul, 1e-5, 1e-6});
+
+  // Matrix-vector products: the cache-resident four-row walk (384 x 256) and
+  // the streaming one (3000 x 256, 3 MB); then a matrix product (5 rows).
+  for (const Dims& shape : {Dims{384, 256}, Dims{3000, 256}}) {
+    const auto w = rnd(shape[0] * shape[1]);
+    const auto x = rnd(shape[1]);
+    const sg::Tensor tw = make(w, shape), tx = make(x, {1, shape[1]});
+    out.push_back({"linear " + sgtest::str(shape),
+                   [=] { return sg::ops::linear(tx, tw).to_floats(); },
+                   ref::linear(x, {1, shape[1]}, w, shape[0]), 1e-4, 1e-5});
+  }
+  {
+    const auto w = rnd(384 * 256), x = rnd(5 * 256);
+    const sg::Tensor tw = make(w, {384, 256}), tx = make(x, {5, 256});
+    out.push_back({"linear [5,256]x[384,256]", [=] { return sg::ops::linear(tx, tw).to_floats(); },
+                   ref::linear(x, {5, 256}, w, 384), 1e-4, 1e-5});
+  }
+
+  // Decode attention (one query row) and a prefill block (four rows), by heads.
+  for (const std::int64_t t_len : {1, 4}) {
+    const std::int64_t hq = 16, hkv = 4, d = 64, cache = 700, seq = 600;
+    const auto q = rnd(t_len * hq * d), k = rnd(cache * hkv * d), v = rnd(cache * hkv * d);
+    const sg::Tensor tq = make(q, {t_len, hq, d}), tk = make(k, {cache, hkv, d}),
+                     tv = make(v, {cache, hkv, d});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    out.push_back({"attention T=" + std::to_string(t_len),
+                   [=] { return sg::ops::attention(tq, tk, tv, seq).to_floats(); },
+                   ref::attention(q, k, v, t_len, hq, hkv, d, seq, scale), 1e-4, 1e-5});
+  }
+  {
+    // Unmasked multi-head attention: every query row of every head a task.
+    const std::int64_t batch = 2, len = 8, e = 256, heads = 4, d = e / heads;
+    const auto q = rnd(batch * len * e), k = rnd(batch * len * e), v = rnd(batch * len * e);
+    const sg::Tensor tq = make(q, {batch, len, e}), tk = make(k, {batch, len, e}),
+                     tv = make(v, {batch, len, e});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    // The reference: causal attention with seq_len = T sees everything for
+    // the last row only, so compute each row with T = 1 over the full cache.
+    std::vector<float> want(q.size());
+    for (std::int64_t bi = 0; bi < batch; ++bi) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        std::vector<float> kh(static_cast<std::size_t>(len * d)), vh(kh.size());
+        for (std::int64_t j = 0; j < len; ++j) {
+          for (std::int64_t c = 0; c < d; ++c) {
+            const auto src = static_cast<std::size_t>((bi * len + j) * e + h * d + c);
+            kh[static_cast<std::size_t>(j * d + c)] = k[src];
+            vh[static_cast<std::size_t>(j * d + c)] = v[src];
+          }
+        }
+        for (std::int64_t i = 0; i < len; ++i) {
+          std::vector<float> qi(static_cast<std::size_t>(d));
+          for (std::int64_t c = 0; c < d; ++c)
+            qi[static_cast<std::size_t>(c)] =
+                q[static_cast<std::size_t>((bi * len + i) * e + h * d + c)];
+          const auto row = ref::attention(qi, kh, vh, 1, 1, 1, d, len, scale);
+          for (std::int64_t c = 0; c < d; ++c)
+            want[static_cast<std::size_t>((bi * len + i) * e + h * d + c)] =
+                row[static_cast<std::size_t>(c)];
+        }
+      }
+    }
+    out.push_back({"sdpa", [=] { return sg::ops::sdpa(tq, tk, tv, heads, scale).to_floats(); },
+                   want, 1e-4, 1e-5});
+  }
+
+  // Rows: norms and softmax over 64 rows of 2048.
+  {
+    const std::int64_t rows = 64, n = 2048;
+    const auto x = rnd(rows * n), w = rnd(n), bias = rnd(n);
+    const sg::Tensor tx = make(x, {rows, n}), tw = make(w, {n}), tbias = make(bias, {n});
+    out.push_back({"softmax", [=] { return sg::ops::softmax(tx).to_floats(); }, ref::softmax(x, n),
+                   1e-5, 1e-7});
+    out.push_back({"rms_norm", [=] { return sg::ops::rms_norm(tx, tw, 1e-5).to_floats(); },
+                   ref::rms_norm(x, w, 1e-5), 1e-5, 1e-6});
+    out.push_back({"layer_norm",
+                   [=] { return sg::ops::layer_norm(tx, tw, tbias, 1e-5).to_floats(); },
+                   ref::layer_norm(x, w, bias, 1e-5), 1e-4, 1e-5});
+    out.push_back({"mean", [=] { return sg::ops::mean(tx, {1}).to_floats(); },
+                   ref::mean(x, {rows, n}, {false, true}), 1e-5, 1e-6});
+  }
+
+  // argmax of one long row (by blocks, then merged): the maximum planted
+  // twice, so the first index must win across block boundaries; a NaN
+  // before it must not win.
+  {
+    const std::int64_t n = 200000;
+    auto x = rnd(n);
+    x[150001] = 7.0F;
+    x[170000] = 7.0F;
+    x[20000] = std::numeric_limits<float>::quiet_NaN();
+    x[163840] = std::numeric_limits<float>::quiet_NaN();  // a block's first element
+    const sg::Tensor tx = make(x, {n});
+    const auto want = ref::argmax(x, n);
+    out.push_back({"argmax",
+                   [=] {
+                     const auto ids = sg::ops::argmax(tx).to_ints();
+                     return std::vector<float>(ids.begin(), ids.end());
+                   },
+                   std::vector<float>(want.begin(), want.end()), 0, 0});
+  }
+  return out;
+}
+
+TEST(ops_threads, every_split_kernel_matches_its_reference_and_itself_at_1_2_and_3_threads) {
+  const ThreadCount restore;
+  for (const Case& c : cases()) {
+    std::vector<float> one;
+    for (const int threads : {1, 2, 3}) {
+      sg::set_num_threads(threads);
+      // The caching allocator would hand the output the block the previous
+      // run filled with right answers, hiding a part that never ran: fill
+      // that block with NaN first.
+      poison(c.want.size());
+      const std::vector<float> got = c.run();
+      EXPECT_TRUE(sgtest::all_close(got, c.want, c.rtol, c.atol)) << c.name << " at " << threads;
+      if (threads == 1) {
+        one = got;
+      } else {
+        EXPECT_TRUE(bitwise_equal(got, one))
+            << c.name << ": " << threads << " threads differ from one in some bit";
+      }
+    }
+  }
+}
+
+TEST(ops_threads, the_thread_count_is_checked_and_defaults_to_the_available_cores) {
+  const ThreadCount restore;
+  EXPECT_GE(sg::available_cores(), 1);
   EXPECT_THROW(sg::set_num_threads(0), sg::Error);
+  EXPECT_THROW(sg::set_num_threads(sg::kMaxThreads + 1), sg::Error);
+  sg::set_num_threads(sg::kMaxThreads);
+  EXPECT_EQ(sg::num_threads(), sg::kMaxThreads);
+}
+
+// Several host threads, each on a stream of its own, queue parallel kernels
+// while another thread keeps changing the thread count: the pool stops and
+// starts helpers between jobs, a busy pool makes a kernel run its parts
+// alone, and every result still equals the one-thread result bit for bit.
+TEST(ops_threads, streams_on_several_threads_share_the_pool_while_its_size_changes) {
+  const ThreadCount restore;
+  std::mt19937 rng(5);
+  const auto w = sgtest::random_floats(rng, 3000 * 256), x = sgtest::random_floats(rng, 256);
+  const sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
+  sg::set_num_threads(1);
+  const std::vector<float> want = sg::ops::linear(tx, tw).to_floats();
+  sg::set_num_threads(2);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> users;
+  for (int u = 0; u < 3; ++u) {
+    users.emplace_back([&] {
+      auto stream = sg::cpu().create_stream();
+      const sg::StreamGuard guard(*stream);
+      for (int round = 0; round < 15; ++round) {
+        std::vector<sg::Tensor> queued;
+        for (int i = 0; i < 8; ++i)
+          queued.push_back(sg::ops::linear(tx, tw));  // queued, not waited
+        for (const sg::Tensor& t : queued) {
+          if (!bitwise_equal(t.to_floats(), want)) wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  std::thread resizer([&] {
+    for (int i = 0; !done.load(); ++i) {
+      sg::set_num_threads(1 + i % 3);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  for (std::thread& t : users) t.join();
+  done.store(true);
+  resizer.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// A stream destroyed while parallel kernels are still queued on it finishes
+// them first (its destructor drains the queue); their results are right.
+TEST(ops_threads, a_stream_destroyed_with_parallel_kernels_queued_finishes_them) {
+  const ThreadCount restore;
+  std::mt19937 rng(6);
+  const auto w = sgtest::random_floats(rng, 3000 * 256), x = sgtest::random_floats(rng, 256);
+  const sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
+  sg::set_num_threads(3);
+  const auto want = ref::linear(x, {1, 256}, w, 3000);
+  std::vector<sg::Tensor> results;
+  {
+    auto stream = sg::cpu().create_stream();
+    const sg::StreamGuard guard(*stream);
+    for (int i = 0; i < 40; ++i) results.push_back(sg::ops::linear(tx, tw));
+  }  // destroyed here, with work queued
+  for (const sg::Tensor& t : results)
+    EXPECT_TRUE(sgtest::all_close(t.to_floats(), want, 1e-4, 1e-5));
 }
 
 }  // namespace

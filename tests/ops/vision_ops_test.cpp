@@ -578,11 +578,12 @@ TEST(ops_vision_threads, results_do_not_depend_on_the_intra_op_thread_count) {
         ops::max_pool2d(t, 2, 2, 2, 2).to_floats(), ops::mean(t, {2, 3}, true).to_floats(),
         ops::conv2d(t, w, b, 1, 1, 1, 1, 1, 1, 64, kRelu).to_floats()};
   };
-  ASSERT_EQ(sinkgraph::num_threads(), 1);
+  const int saved = sinkgraph::num_threads();
+  sinkgraph::set_num_threads(1);
   const auto one = run_all();
   sinkgraph::set_num_threads(4);
   const auto four = run_all();
-  sinkgraph::set_num_threads(1);
+  sinkgraph::set_num_threads(saved);
   ASSERT_EQ(one.size(), four.size());
   for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(one[i], four[i])) << i;
 }

@@ -3,7 +3,6 @@
 // through f32), dtype dispatch, strided iteration and intra-op parallelism.
 #include <algorithm>
 #include <cstdint>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -115,25 +114,49 @@ void for_each_row(int ndim, const std::int64_t* sizes, const std::int64_t (&stri
   }
 }
 
-// Runs fn(begin, end) over [0, n) on up to `threads` threads (the calling
-// thread included). With one thread (the default) it is a plain call.
+// Note [Splitting a kernel's work]
+// parallel_for(ctx, n, grain, fn) calls fn(begin, end) over [0, n) cut into
+// parts, one per compute thread (Note [Compute threads]), and returns when
+// all are done. The cut is static: parts are whole multiples of `grain`
+// (the last one excepted) and depend only on n, grain and the thread count,
+// and a kernel computes each index by the same code whichever part holds it,
+// so its result does not depend on the thread count. `grain` is also the
+// work threshold: no part is smaller, so a kernel sets it from its work per
+// index (grain_for()) and a small one runs on the calling thread alone,
+// paying no handoff. Nothing here allocates.
+//
+// Elements a part must touch before handing it to another thread pays:
+// a handoff to a spinning helper costs about a microsecond, and a part of
+// this many floats streams in several (docs/performance.md, compute threads).
+inline constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 15;
+
+// The grain for indices that each touch `work` elements.
+inline std::int64_t grain_for(std::int64_t work) {
+  return std::max<std::int64_t>(1, kMinParallelWork / std::max<std::int64_t>(work, 1));
+}
+
 template <typename Fn>
-void parallel_for(int threads, std::int64_t n, std::int64_t grain, Fn&& fn) {
-  const std::int64_t chunks =
-      std::min<std::int64_t>(threads, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
-  if (chunks <= 1) {
+void parallel_for(KernelContext& ctx, std::int64_t n, std::int64_t grain, Fn&& fn) {
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t wanted = std::min<std::int64_t>(ctx.num_threads(), n / grain);
+  if (wanted <= 1) {
     fn(std::int64_t{0}, n);
     return;
   }
-  const std::int64_t step = (n + chunks - 1) / chunks;
-  std::vector<std::jthread> helpers;
-  helpers.reserve(static_cast<std::size_t>(chunks - 1));
-  for (std::int64_t c = 1; c < chunks; ++c) {
-    const std::int64_t b = c * step;
-    const std::int64_t e = std::min(n, b + step);
-    if (b < e) helpers.emplace_back([&fn, b, e] { fn(b, e); });
-  }
-  fn(std::int64_t{0}, std::min(n, step));
+  std::int64_t step = (n + wanted - 1) / wanted;
+  step = (step + grain - 1) / grain * grain;
+  struct Job {
+    std::remove_reference_t<Fn>* fn;
+    std::int64_t n, step;
+  } job{&fn, n, step};
+  ctx.parallel_run(
+      static_cast<int>((n + step - 1) / step),
+      [](void* arg, int part) {
+        const Job& j = *static_cast<const Job*>(arg);
+        const std::int64_t begin = part * j.step;
+        (*j.fn)(begin, std::min(j.n, begin + j.step));
+      },
+      &job);
 }
 
 // Logical rows over the last dimension of `t`: offset of each row's start.
@@ -156,6 +179,32 @@ void for_each_last_dim_row(const TensorArg& in, const TensorArg& out, Fn&& fn) {
   for_each_row<2>(
       nd, sizes, strides, base,
       [&](const std::int64_t* off, std::int64_t, const std::int64_t*) { fn(off[0], off[1]); });
+}
+
+// for_each_last_dim_row split across the compute threads by rows, each row
+// touching `work_per_row` elements (Note [Splitting a kernel's work]).
+template <typename Fn>
+void parallel_last_dim_rows(KernelContext& ctx, const TensorArg& in, const TensorArg& out,
+                            std::int64_t work_per_row, Fn&& fn) {
+  const int nd = in.ndim;
+  std::int64_t rows = 1;
+  for (int i = 0; i < nd - 1; ++i) rows *= in.sizes[i];
+  if (nd <= 1 || rows < 2) {
+    for_each_last_dim_row(in, out, fn);
+    return;
+  }
+  parallel_for(ctx, rows, grain_for(work_per_row), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      std::int64_t in_offset = in.offset, out_offset = out.offset;
+      for (std::int64_t d = nd - 2, f = r; d >= 0; --d) {
+        const std::int64_t index = f % in.sizes[d];
+        f /= in.sizes[d];
+        in_offset += index * in.strides[d];
+        out_offset += index * out.strides[d];
+      }
+      fn(in_offset, out_offset);
+    }
+  });
 }
 
 }  // namespace sinkgraph::kernels

@@ -31,7 +31,7 @@ void binary(const ArgBlock& args, KernelContext& ctx) {
         pa += a.offset;
         pb += b.offset;
         po += o.offset;
-        parallel_for(ctx.num_threads(), n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+        parallel_for(ctx, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t i = begin; i < end; ++i)
             store(po + i, Op{}(load(pa + i), load(pb + i)));
         });
@@ -66,7 +66,7 @@ void unary(const ArgBlock& args, KernelContext& ctx) {
       const std::int64_t n = o.numel();
       px += x.offset;
       po += o.offset;
-      parallel_for(ctx.num_threads(), n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      parallel_for(ctx, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) store(po + i, Op{}(load(px + i), scalar));
       });
       return;

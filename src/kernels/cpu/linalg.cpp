@@ -47,11 +47,13 @@ Mat describe(const TensorArg& t, std::int64_t offset, std::vector<float>& scratc
 
 }  // namespace
 
-// OpenBLAS's thread count is process-wide; follow the intra-op setting.
-void sync_blas_threads(int threads) {
-  static std::atomic<int> current{0};
-  if (current.exchange(threads, std::memory_order_relaxed) != threads)
-    openblas_set_num_threads(threads);
+// Never two thread pools against each other (Note [Compute threads]): the
+// compute threads are ours, and OpenBLAS runs on one of them, single
+// threaded. Debian's serial build has no threads of its own; were a threaded
+// build linked, this keeps it to one.
+void keep_blas_serial() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
 // Note [OpenBLAS is not reentrant]
@@ -100,8 +102,8 @@ void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
 
 // Batched matmul: a[B..., M, K] @ b[B'..., K, N] -> out[B..., M, N], where b's
 // batch dims broadcast against a's (a 2-D b is shared by every batch).
-void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, KernelContext& ctx) {
-  sync_blas_threads(ctx.num_threads());
+void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
+  keep_blas_serial();
   const int nd = out.ndim;
   const std::int64_t m = out.sizes[nd - 2];
   const std::int64_t n = out.sizes[nd - 1];
@@ -175,8 +177,8 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, Kerne
 
 }  // namespace
 
-void matmul(const ArgBlock& args, KernelContext& ctx) {
-  batched(args.tensors[0], args.tensors[1], args.tensors[2], ctx);
+void matmul(const ArgBlock& args, KernelContext& /*ctx*/) {
+  batched(args.tensors[0], args.tensors[1], args.tensors[2]);
 }
 
 namespace {
@@ -192,14 +194,14 @@ void matvec_f32(const float* w, std::int64_t ldw, const float* x, float* out, st
                 std::int64_t k, KernelContext& ctx) {
   constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
   if (n * k * static_cast<std::int64_t>(sizeof(float)) >= kStreamBytes) {
-    parallel_for(ctx.num_threads(), n, 256, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for(ctx, n, grain_for(k), [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) out[r] = vec::dot(w + r * ldw, x, k);
     });
     return;
   }
   constexpr std::int64_t kRows = 4;
   const std::int64_t blocks = (n + kRows - 1) / kRows;
-  parallel_for(ctx.num_threads(), blocks, 64, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(ctx, blocks, grain_for(kRows * k), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
       const std::int64_t r = b * kRows;
       if (r + kRows > n) {
@@ -228,7 +230,7 @@ void linear(const ArgBlock& args, KernelContext& ctx) {
   TensorArg wt = args.tensors[1];  // w[N, K] seen as w^T[K, N]: swap the dims
   std::swap(wt.sizes[0], wt.sizes[1]);
   std::swap(wt.strides[0], wt.strides[1]);
-  batched(args.tensors[0], wt, args.tensors[2], ctx);
+  batched(args.tensors[0], wt, args.tensors[2]);
 }
 
 }  // namespace sinkgraph::kernels::cpu

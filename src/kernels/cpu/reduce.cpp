@@ -46,7 +46,7 @@ void mean(const ArgBlock& args, KernelContext& ctx) {
     const T* px = static_cast<const T*>(x.data) + x.offset;
     T* po = static_cast<T*>(out.data) + out.offset;
     const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(count, 1));
-    parallel_for(ctx.num_threads(), outputs, grain, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for(ctx, outputs, grain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t flat = begin; flat < end; ++flat) {
         std::int64_t xo = 0, oo = 0;
         for (std::int64_t i = nkept - 1, f = flat; i >= 0; --i) {

@@ -1,6 +1,7 @@
 // Operations over the last dimension: softmax, rms_norm, layer_norm, argmax, sample.
 #include "rows.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -32,7 +33,7 @@ inline bool unit_f32_rows(const TensorArg& t) {
 }
 }  // namespace
 
-void softmax(const ArgBlock& args, KernelContext&) {
+void softmax(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& o = args.tensors[1];
   const std::int64_t n = last_size(x);
@@ -41,14 +42,15 @@ void softmax(const ArgBlock& args, KernelContext&) {
   if (unit_f32_rows(x) && unit_f32_rows(o)) {
     const auto* px = static_cast<const float*>(x.data);
     auto* po = static_cast<float*>(o.data);
-    for_each_last_dim_row(
-        x, o, [&](std::int64_t xo, std::int64_t oo) { softmax_row_f32(px + xo, po + oo, n); });
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
+      softmax_row_f32(px + xo, po + oo, n);
+    });
     return;
   }
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     T* po = static_cast<T*>(o.data);
-    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
       float mx = -std::numeric_limits<float>::infinity();
       for (std::int64_t i = 0; i < n; ++i) mx = std::max(mx, load(px + xo + i * xs));
       float sum = 0.0F;
@@ -67,7 +69,7 @@ void softmax(const ArgBlock& args, KernelContext&) {
   });
 }
 
-void rms_norm(const ArgBlock& args, KernelContext&) {
+void rms_norm(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& w = args.tensors[1];
   const TensorArg& o = args.tensors[2];
@@ -80,13 +82,13 @@ void rms_norm(const ArgBlock& args, KernelContext&) {
     const T* px = static_cast<const T*>(x.data);
     const T* pw = static_cast<const T*>(w.data) + w.offset;
     T* po = static_cast<T*>(o.data);
-    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
       rms_norm_row(px + xo, xs, pw, ws, po + oo, os, n, eps);
     });
   });
 }
 
-void layer_norm(const ArgBlock& args, KernelContext&) {
+void layer_norm(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& w = args.tensors[1];
   const TensorArg& b = args.tensors[2];
@@ -102,7 +104,7 @@ void layer_norm(const ArgBlock& args, KernelContext&) {
     const T* pw = static_cast<const T*>(w.data) + w.offset;
     const T* pb = static_cast<const T*>(b.data) + b.offset;
     T* po = static_cast<T*>(o.data);
-    for_each_last_dim_row(x, o, [&](std::int64_t xo, std::int64_t oo) {
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
       float mean = 0.0F;
       for (std::int64_t i = 0; i < n; ++i) mean += load(px + xo + i * xs);
       mean /= static_cast<float>(n);
@@ -120,7 +122,12 @@ void layer_norm(const ArgBlock& args, KernelContext&) {
   });
 }
 
-void argmax(const ArgBlock& args, KernelContext&) {
+// The first index of the largest value; NaN never wins, except as element 0
+// (nothing compares greater than it). A single long row (the decode step's
+// logits) is scanned in fixed blocks across the compute threads, each block
+// finding its own first maximum, then merged in order keeping the earlier
+// index on ties: the same index as one scan, at any thread count.
+void argmax(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& o = args.tensors[1];
   const std::int64_t n = last_size(x);
@@ -129,18 +136,41 @@ void argmax(const ArgBlock& args, KernelContext&) {
   dispatch_all(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     auto* po = static_cast<std::int64_t*>(o.data);
-    for_each_last_dim_row(x, orow, [&](std::int64_t xo, std::int64_t oo) {
-      std::int64_t best = 0;
-      auto best_v = load(px + xo);
-      for (std::int64_t i = 1; i < n; ++i) {
+    // First maximum of elements [begin, end) of the row at xo; -1 when a
+    // block after the first holds only NaN.
+    const auto scan = [&](std::int64_t xo, std::int64_t begin, std::int64_t end) {
+      std::int64_t best = -1;
+      compute_t<T> best_v{};
+      for (std::int64_t i = begin; i < end; ++i) {
         const auto v = load(px + xo + i * xs);
-        if (v > best_v) {  // first index wins on ties; NaN never wins
+        if (best < 0 ? (i == 0 || v == v) : v > best_v) {  // v == v: not NaN
           best_v = v;
           best = i;
         }
       }
-      po[oo] = best;
-    });
+      return best;
+    };
+    constexpr std::int64_t kBlock = 8192;
+    const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+    if (x.numel() == n && blocks > 1) {
+      std::int64_t found[64];  // per block; rows this long split at most 64 ways
+      const std::int64_t used = std::min<std::int64_t>(blocks, 64);
+      std::fill_n(found, used, -1);
+      const std::int64_t per = (blocks + used - 1) / used * kBlock;
+      parallel_for(ctx, used, grain_for(per), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t b = begin; b < end; ++b)
+          found[b] = scan(x.offset, b * per, std::min(n, (b + 1) * per));
+      });
+      std::int64_t best = found[0];
+      for (std::int64_t b = 1; b < used; ++b) {
+        if (found[b] >= 0 && load(px + x.offset + found[b] * xs) > load(px + x.offset + best * xs))
+          best = found[b];
+      }
+      po[o.offset] = best;
+      return;
+    }
+    for_each_last_dim_row(x, orow,
+                          [&](std::int64_t xo, std::int64_t oo) { po[oo] = scan(xo, 0, n); });
   });
 }
 

@@ -98,55 +98,56 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
   const auto* pk = k.ptr<float>();
   const auto* pv = v.ptr<float>();
   auto* po = o.ptr<float>();
-  parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<std::size_t>(cache + d));
-    float* scores = scratch.data();
-    float* acc = scores + cache;
-    for (std::int64_t task = begin; task < end; ++task) {
-      const std::int64_t t = task / hq;
-      const std::int64_t h = task % hq;
-      const std::int64_t visible = seq_len - t_len + t + 1;
-      const std::int64_t kvh = h / group;
-      const float* qrow = pq + t * q.strides[0] + h * q.strides[1];
-      const float* kbase = pk + kvh * k.strides[1];
-      float mx = -std::numeric_limits<float>::infinity();
-      std::int64_t done = 0;  // positions scored eight at a time
-      if (d % vec::kLanes == 0) {
-        for (; done + vec::kLanes <= visible; done += vec::kLanes) {
-          vec::dot_8rows(qrow, kbase + done * k.strides[0], k.strides[0], d, scores + done);
+  parallel_for(
+      ctx, t_len * hq, grain_for(2 * seq_len * d), [&](std::int64_t begin, std::int64_t end) {
+        thread_local std::vector<float> scratch;
+        scratch.resize(static_cast<std::size_t>(cache + d));
+        float* scores = scratch.data();
+        float* acc = scores + cache;
+        for (std::int64_t task = begin; task < end; ++task) {
+          const std::int64_t t = task / hq;
+          const std::int64_t h = task % hq;
+          const std::int64_t visible = seq_len - t_len + t + 1;
+          const std::int64_t kvh = h / group;
+          const float* qrow = pq + t * q.strides[0] + h * q.strides[1];
+          const float* kbase = pk + kvh * k.strides[1];
+          float mx = -std::numeric_limits<float>::infinity();
+          std::int64_t done = 0;  // positions scored eight at a time
+          if (d % vec::kLanes == 0) {
+            for (; done + vec::kLanes <= visible; done += vec::kLanes) {
+              vec::dot_8rows(qrow, kbase + done * k.strides[0], k.strides[0], d, scores + done);
+            }
+            for (std::int64_t i = 0; i < done; ++i) {
+              scores[i] *= scale;
+              mx = std::max(mx, scores[i]);
+            }
+          }
+          for (std::int64_t i = done; i < visible; ++i) {
+            const float s = vec::dot(qrow, kbase + i * k.strides[0], d) * scale;
+            scores[i] = s;
+            mx = std::max(mx, s);
+          }
+          for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
+          const float sum = vec::sum(scores, visible);
+          const float* vbase = pv + kvh * v.strides[1];
+          if (d % vec::kLanes == 0) {
+            // Eight columns at a time over all rows, accumulated in registers.
+            for (std::int64_t c = 0; c < d; c += vec::kLanes) {
+              vec::weighted_sum_8cols(scores, vbase + c, v.strides[0], visible, acc + c);
+            }
+          } else {
+            std::fill(acc, acc + d, 0.0F);
+            for (std::int64_t j = 0; j < visible; ++j) {
+              const float* vrow = vbase + j * v.strides[0];
+              const float w = scores[j];
+              for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
+            }
+          }
+          const float inv = 1.0F / sum;
+          float* orow = po + t * o.strides[0] + h * o.strides[1];
+          for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
         }
-        for (std::int64_t i = 0; i < done; ++i) {
-          scores[i] *= scale;
-          mx = std::max(mx, scores[i]);
-        }
-      }
-      for (std::int64_t i = done; i < visible; ++i) {
-        const float s = vec::dot(qrow, kbase + i * k.strides[0], d) * scale;
-        scores[i] = s;
-        mx = std::max(mx, s);
-      }
-      for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
-      const float sum = vec::sum(scores, visible);
-      const float* vbase = pv + kvh * v.strides[1];
-      if (d % vec::kLanes == 0) {
-        // Eight columns at a time over all rows, accumulated in registers.
-        for (std::int64_t c = 0; c < d; c += vec::kLanes) {
-          vec::weighted_sum_8cols(scores, vbase + c, v.strides[0], visible, acc + c);
-        }
-      } else {
-        std::fill(acc, acc + d, 0.0F);
-        for (std::int64_t j = 0; j < visible; ++j) {
-          const float* vrow = vbase + j * v.strides[0];
-          const float w = scores[j];
-          for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
-        }
-      }
-      const float inv = 1.0F / sum;
-      float* orow = po + t * o.strides[0] + h * o.strides[1];
-      for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
-    }
-  });
+      });
 }
 
 }  // namespace
@@ -179,56 +180,57 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
     const T* pv = static_cast<const T*>(v.data) + v.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
     // One task per (query row, head); each thread keeps its own score buffer.
-    parallel_for(ctx.num_threads(), t_len * hq, 4, [&](std::int64_t begin, std::int64_t end) {
-      // Per thread: the scores, the query row and the output accumulator in f32.
-      thread_local std::vector<float> scratch;
-      scratch.resize(static_cast<std::size_t>(cache + 2 * d));
-      float* scores = scratch.data();
-      float* qf = scores + cache;
-      float* acc = qf + d;
-      for (std::int64_t task = begin; task < end; ++task) {
-        const std::int64_t t = task / hq;
-        const std::int64_t h = task % hq;
-        const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
-        const std::int64_t kvh = h / group;
-        const T* qrow = pq + t * q.strides[0] + h * q.strides[1];
-        for (std::int64_t c = 0; c < d; ++c) qf[c] = load(qrow + c * q.strides[2]);
-        float mx = -std::numeric_limits<float>::infinity();
-        for (std::int64_t j = 0; j < visible; ++j) {
-          const T* krow = pk + j * k.strides[0] + kvh * k.strides[1];
-          float dot = 0.0F;
-          if (k.strides[2] == 1) {
-            for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c);
-          } else {
-            for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c * k.strides[2]);
+    parallel_for(
+        ctx, t_len * hq, grain_for(2 * seq_len * d), [&](std::int64_t begin, std::int64_t end) {
+          // Per thread: the scores, the query row and the output accumulator in f32.
+          thread_local std::vector<float> scratch;
+          scratch.resize(static_cast<std::size_t>(cache + 2 * d));
+          float* scores = scratch.data();
+          float* qf = scores + cache;
+          float* acc = qf + d;
+          for (std::int64_t task = begin; task < end; ++task) {
+            const std::int64_t t = task / hq;
+            const std::int64_t h = task % hq;
+            const std::int64_t visible = seq_len - t_len + t + 1;  // positions 0 .. visible-1
+            const std::int64_t kvh = h / group;
+            const T* qrow = pq + t * q.strides[0] + h * q.strides[1];
+            for (std::int64_t c = 0; c < d; ++c) qf[c] = load(qrow + c * q.strides[2]);
+            float mx = -std::numeric_limits<float>::infinity();
+            for (std::int64_t j = 0; j < visible; ++j) {
+              const T* krow = pk + j * k.strides[0] + kvh * k.strides[1];
+              float dot = 0.0F;
+              if (k.strides[2] == 1) {
+                for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c);
+              } else {
+                for (std::int64_t c = 0; c < d; ++c) dot += qf[c] * load(krow + c * k.strides[2]);
+              }
+              dot *= scale;
+              scores[j] = dot;
+              mx = std::max(mx, dot);
+            }
+            float sum = 0.0F;
+            for (std::int64_t j = 0; j < visible; ++j) {
+              const float e = std::exp(scores[j] - mx);
+              scores[j] = e;
+              sum += e;
+            }
+            // acc[c] sums scores[j] * v[j][c] over j in order, row by row so the
+            // cache is read contiguously.
+            std::fill(acc, acc + d, 0.0F);
+            for (std::int64_t j = 0; j < visible; ++j) {
+              const T* vrow = pv + j * v.strides[0] + kvh * v.strides[1];
+              const float w = scores[j];
+              if (v.strides[2] == 1) {
+                for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c);
+              } else {
+                for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c * v.strides[2]);
+              }
+            }
+            const float inv = 1.0F / sum;
+            T* orow = po + t * o.strides[0] + h * o.strides[1];
+            for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c] * inv);
           }
-          dot *= scale;
-          scores[j] = dot;
-          mx = std::max(mx, dot);
-        }
-        float sum = 0.0F;
-        for (std::int64_t j = 0; j < visible; ++j) {
-          const float e = std::exp(scores[j] - mx);
-          scores[j] = e;
-          sum += e;
-        }
-        // acc[c] sums scores[j] * v[j][c] over j in order, row by row so the
-        // cache is read contiguously.
-        std::fill(acc, acc + d, 0.0F);
-        for (std::int64_t j = 0; j < visible; ++j) {
-          const T* vrow = pv + j * v.strides[0] + kvh * v.strides[1];
-          const float w = scores[j];
-          if (v.strides[2] == 1) {
-            for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c);
-          } else {
-            for (std::int64_t c = 0; c < d; ++c) acc[c] += w * load(vrow + c * v.strides[2]);
-          }
-        }
-        const float inv = 1.0F / sum;
-        T* orow = po + t * o.strides[0] + h * o.strides[1];
-        for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c] * inv);
-      }
-    });
+        });
   });
 }
 
@@ -252,57 +254,59 @@ void sdpa(const ArgBlock& args, KernelContext& ctx) {
     const T* pv = static_cast<const T*>(v.data) + v.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
     const bool rows_f32 = std::is_same_v<T, float> && q.strides[2] == 1 && k.strides[2] == 1;
-    parallel_for(
-        ctx.num_threads(), batch * heads * len, 8, [&](std::int64_t begin, std::int64_t end) {
-          thread_local std::vector<float> scratch;
-          scratch.resize(static_cast<std::size_t>(src + 2 * d));
-          float* scores = scratch.data();
-          float* qf = scores + src;
-          float* acc = qf + d;
-          for (std::int64_t task = begin; task < end; ++task) {
-            const std::int64_t i = task % len;
-            const std::int64_t h = (task / len) % heads;
-            const std::int64_t b = task / (len * heads);
-            const T* qrow = pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
-            const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
-            const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
-            float mx = -std::numeric_limits<float>::infinity();
-            for (std::int64_t j = 0; j < src; ++j) {
-              const T* krow = kbase + j * k.strides[1];
-              float dot = 0.0F;
-              if constexpr (std::is_same_v<T, float>) {
-                if (rows_f32) dot = vec::dot(qrow, krow, d);
-              }
-              if (!rows_f32) {
-                for (std::int64_t c = 0; c < d; ++c) {
-                  dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
-                }
-              }
-              scores[j] = dot * scale;
-              mx = std::max(mx, scores[j]);
-            }
-            float sum = 0.0F;
-            for (std::int64_t j = 0; j < src; ++j) {
-              scores[j] = vec::exp(scores[j] - mx);
-              sum += scores[j];
-            }
-            const float inv = 1.0F / sum;
-            for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
-            for (std::int64_t j = 0; j < src; ++j) {
-              const float p = scores[j] * inv;
-              const T* vrow = vbase + j * v.strides[1];
-              if constexpr (std::is_same_v<T, float>) {
-                if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
-                  for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
-                  continue;
-                }
-              }
-              for (std::int64_t c = 0; c < d; ++c) acc[c] += p * load(vrow + c * v.strides[2]);
-            }
-            T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
-            for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
-          }
-        });
+    parallel_for(ctx, batch * heads * len, grain_for(2 * src * d),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   thread_local std::vector<float> scratch;
+                   scratch.resize(static_cast<std::size_t>(src + 2 * d));
+                   float* scores = scratch.data();
+                   float* qf = scores + src;
+                   float* acc = qf + d;
+                   for (std::int64_t task = begin; task < end; ++task) {
+                     const std::int64_t i = task % len;
+                     const std::int64_t h = (task / len) % heads;
+                     const std::int64_t b = task / (len * heads);
+                     const T* qrow =
+                         pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
+                     const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
+                     const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
+                     float mx = -std::numeric_limits<float>::infinity();
+                     for (std::int64_t j = 0; j < src; ++j) {
+                       const T* krow = kbase + j * k.strides[1];
+                       float dot = 0.0F;
+                       if constexpr (std::is_same_v<T, float>) {
+                         if (rows_f32) dot = vec::dot(qrow, krow, d);
+                       }
+                       if (!rows_f32) {
+                         for (std::int64_t c = 0; c < d; ++c) {
+                           dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+                         }
+                       }
+                       scores[j] = dot * scale;
+                       mx = std::max(mx, scores[j]);
+                     }
+                     float sum = 0.0F;
+                     for (std::int64_t j = 0; j < src; ++j) {
+                       scores[j] = vec::exp(scores[j] - mx);
+                       sum += scores[j];
+                     }
+                     const float inv = 1.0F / sum;
+                     for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
+                     for (std::int64_t j = 0; j < src; ++j) {
+                       const float p = scores[j] * inv;
+                       const T* vrow = vbase + j * v.strides[1];
+                       if constexpr (std::is_same_v<T, float>) {
+                         if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
+                           for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
+                           continue;
+                         }
+                       }
+                       for (std::int64_t c = 0; c < d; ++c)
+                         acc[c] += p * load(vrow + c * v.strides[2]);
+                     }
+                     T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
+                     for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
+                   }
+                 });
   });
 }
 

@@ -49,7 +49,7 @@ void batch_norm(const ArgBlock& args, KernelContext& ctx) {
     if (x.is_contiguous() && out.is_contiguous()) {
       px += x.offset;
       po += out.offset;
-      parallel_for(ctx.num_threads(), outer * channels,
+      parallel_for(ctx, outer * channels,
                    std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(inner, 1)),
                    [&](std::int64_t begin, std::int64_t end) {
                      for (std::int64_t r = begin; r < end; ++r) {
@@ -127,7 +127,7 @@ void max_pool2d(const ArgBlock& args, KernelContext& ctx) {
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data) + x.offset;
     T* po = static_cast<T*>(out.data) + out.offset;
-    parallel_for(ctx.num_threads(), batch * channels,
+    parallel_for(ctx, batch * channels,
                  std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(oh * ow, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t plane = begin; plane < end; ++plane) {

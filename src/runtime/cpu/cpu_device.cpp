@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include "../backends.h"
+#include "compute_pool.h"
 #include "cpu_stream.h"
 
 namespace sinkgraph::cpu_device {
@@ -13,7 +14,7 @@ class CpuDevice final : public Device {
   CpuDevice() : Device(DeviceType::cpu, 0) { init_allocator(); }
 
   std::unique_ptr<Stream> create_stream(const StreamOptions& options) override {
-    return std::make_unique<CpuStream>(*this, options);
+    return std::make_unique<CpuStream>(*this, options, pool_);
   }
   // Note [Huge pages for large blocks]
   // Blocks of 2 MiB and more (weights, KV caches) are 2 MiB-aligned and
@@ -38,6 +39,11 @@ class CpuDevice final : public Device {
   void copy_from_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
+
+ private:
+  // Shared by every stream of the device; idle helpers spin as long as an
+  // idle stream worker does (StreamOptions::spin_us).
+  ComputePool pool_{StreamOptions{}.spin_us};
 };
 }  // namespace
 

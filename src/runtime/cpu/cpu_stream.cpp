@@ -1,8 +1,10 @@
 #include "cpu_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "compute_pool.h"
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
@@ -30,14 +32,20 @@ class CpuStream::Context final : public KernelContext {
     stream_.set_sticky_error(std::string(current_name) + ": " + message);
   }
   [[nodiscard]] int num_threads() const override { return sinkgraph::num_threads(); }
+  void parallel_run(int parts, void (*fn)(void*, int), void* arg) override {
+    stream_.pool_.run(parts, fn, arg);
+  }
   const char* current_name = "";
 
  private:
   CpuStream& stream_;
 };
 
-CpuStream::CpuStream(Device& device, const StreamOptions& options)
-    : Stream(device, options.name), spin_ns_(options.spin_us * 1000), ring_(kCapacity) {
+CpuStream::CpuStream(Device& device, const StreamOptions& options, ComputePool& pool)
+    : Stream(device, options.name),
+      spin_ns_(options.spin_us * 1000),
+      pool_(pool),
+      ring_(kCapacity) {
   SG_CHECK(options.spin_us >= 0, "StreamOptions::spin_us must be >= 0, got ", options.spin_us);
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -203,7 +211,10 @@ void CpuStream::run(Entry& entry, Context& ctx) {
 }
 
 void CpuStream::wait_completed(std::uint64_t target) const {
-  const std::int64_t deadline = now_ns() + spin_ns_;
+  // With a compute thread on every core, a spinning host thread takes a core
+  // from the work it waits for (Note [Compute threads]): it parks at once.
+  const std::int64_t spin_ns = sinkgraph::num_threads() >= available_cores() ? 0 : spin_ns_;
+  const std::int64_t deadline = now_ns() + spin_ns;
   for (int i = 0; completed_.load(std::memory_order_acquire) < target; ++i) {
     cpu_relax();
     if ((i & 63) == 63) {

@@ -9,6 +9,10 @@
 #include "sinkgraph/stream.h"
 
 namespace sinkgraph::cpu_device {
+class ComputePool;
+}
+
+namespace sinkgraph::cpu_device {
 
 // Note [CPU stream worker]
 // Each CPU stream owns a ring of queue entries and one worker thread that runs
@@ -21,7 +25,8 @@ namespace sinkgraph::cpu_device {
 // notify when a host thread is actually waiting.
 class CpuStream final : public Stream {
  public:
-  CpuStream(Device& device, const StreamOptions& options);
+  // Kernels split their work across `pool`, which outlives the stream.
+  CpuStream(Device& device, const StreamOptions& options, ComputePool& pool);
   ~CpuStream() override;
 
   void launch(KernelFn fn, const ArgBlock& args, const char* name) override;
@@ -58,6 +63,7 @@ class CpuStream final : public Stream {
 
   static constexpr std::uint64_t kCapacity = 1024;
   const std::int64_t spin_ns_;
+  ComputePool& pool_;
   std::vector<Entry> ring_;
   std::mutex producer_mutex_;
   std::atomic<std::uint64_t> tail_{0};  // entries published

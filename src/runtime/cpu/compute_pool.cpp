@@ -1,0 +1,136 @@
+#include "compute_pool.h"
+
+#include <algorithm>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph::cpu_device {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until pred() holds or `spin_ns` pass, offering the core every 64
+// spins (Note [CPU stream worker]). True when pred() held.
+template <typename Pred>
+bool spin_until(std::int64_t spin_ns, Pred&& pred) {
+  if (spin_ns <= 0) return pred();
+  const std::int64_t deadline = now_ns() + spin_ns;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63) {
+      if (now_ns() >= deadline) return pred();
+      std::this_thread::yield();
+    }
+  }
+}
+}  // namespace
+
+ComputePool::ComputePool(std::int64_t spin_us) : spin_ns_(spin_us * 1000) {}
+
+ComputePool::~ComputePool() {
+  const std::lock_guard lock(mutex_);
+  stop_helpers_locked();
+}
+
+void ComputePool::stop_helpers_locked() {
+  if (helpers_.empty()) return;
+  stop_.store(true, std::memory_order_relaxed);
+  ++sequence_;
+  word_.store(sequence_ << kPartBits, std::memory_order_seq_cst);
+  word_.notify_all();  // parked helpers; spinning ones see the word change
+  for (std::thread& t : helpers_) t.join();
+  helpers_.clear();
+  stop_.store(false, std::memory_order_relaxed);
+  threads_.store(1, std::memory_order_relaxed);
+}
+
+void ComputePool::resize_locked(int threads) {
+  stop_helpers_locked();
+  const auto max_threads = static_cast<int>(kPartMask);
+  SG_ASSERT(threads >= 1 && threads <= max_threads, "compute pool size ", threads);
+  helpers_.reserve(static_cast<std::size_t>(threads - 1));
+  const std::uint64_t seen = word_.load(std::memory_order_relaxed);
+  for (int i = 1; i < threads; ++i)
+    helpers_.emplace_back([this, i, seen] { helper_loop(i, seen); });
+  threads_.store(threads, std::memory_order_relaxed);
+}
+
+void ComputePool::run_part(int part) noexcept {
+  try {
+    fn_(arg_, part);
+  } catch (...) {
+    if (!failed_.exchange(true, std::memory_order_relaxed)) error_ = std::current_exception();
+  }
+}
+
+void ComputePool::helper_loop(int index, std::uint64_t seen) {
+  for (;;) {
+    std::uint64_t word = seen;
+    const auto changed = [&] {
+      word = word_.load(std::memory_order_acquire);
+      return word != seen;
+    };
+    if (!spin_until(spin_ns_, changed)) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while (!changed()) word_.wait(seen, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    seen = word;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    if (index >= static_cast<int>(word & kPartMask)) continue;  // not in this job
+    run_part(index);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_parked_.load(std::memory_order_seq_cst)) {
+      pending_.notify_one();
+    }
+  }
+}
+
+void ComputePool::run(int parts, PartFn fn, void* arg) {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || parts <= 1) {
+    // Busy (another stream's kernel, or a kernel nested in a part): the
+    // caller runs every part, in order.
+    for (int p = 0; p < parts; ++p) fn(arg, p);
+    return;
+  }
+  const int wanted = std::clamp(num_threads(), 1, static_cast<int>(kPartMask));
+  if (wanted != threads()) resize_locked(wanted);
+  const int shared = std::min(parts, threads());
+  if (shared <= 1) {
+    for (int p = 0; p < parts; ++p) fn(arg, p);
+    return;
+  }
+  fn_ = fn;
+  arg_ = arg;
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  pending_.store(shared - 1, std::memory_order_relaxed);
+  ++sequence_;
+  word_.store((sequence_ << kPartBits) | static_cast<std::uint64_t>(shared),
+              std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) word_.notify_all();
+
+  run_part(0);
+  for (int p = shared; p < parts; ++p) run_part(p);  // more parts than threads
+
+  const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(spin_ns_, done)) {
+    caller_parked_.store(true, std::memory_order_seq_cst);
+    for (int left = pending_.load(std::memory_order_seq_cst); left != 0;
+         left = pending_.load(std::memory_order_seq_cst)) {
+      pending_.wait(left, std::memory_order_seq_cst);
+    }
+    caller_parked_.store(false, std::memory_order_relaxed);
+  }
+  if (failed_.load(std::memory_order_relaxed)) std::rethrow_exception(error_);
+}
+
+}  // namespace sinkgraph::cpu_device
