@@ -264,6 +264,7 @@ TEST(ops_threads, a_stream_destroyed_with_parallel_kernels_queued_finishes_them)
   const sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
   sg::set_num_threads(3);
   const auto want = ref::linear(x, {1, 256}, w, 3000);
+  sg::current_stream().synchronize();  // the inputs' copies, before another stream reads them
   std::vector<sg::Tensor> results;
   {
     auto stream = sg::cpu().create_stream();

@@ -61,13 +61,26 @@ void CpuStream::enqueue(Fill&& fill) {
   {
     std::lock_guard lock(producer_mutex_);
     const std::uint64_t t = tail_.load(std::memory_order_relaxed);
-    // Back-pressure: a full ring waits for the worker to take an entry.
-    while (t - head_.load(std::memory_order_acquire) >= kCapacity) std::this_thread::yield();
+    if (t - head_.load(std::memory_order_acquire) >= kCapacity) wait_for_room(t);
     Entry& entry = ring_[t % kCapacity];
     fill(entry);
     tail_.store(t + 1, std::memory_order_seq_cst);
   }
   if (sleeping_.load(std::memory_order_seq_cst)) tail_.notify_one();
+}
+
+// Back-pressure: a full ring makes the producer wait for the worker. It
+// parks until half the ring is free rather than spinning (a yielding spin
+// still takes a core from the compute threads, Note [Compute threads]) and
+// rather than waking at every entry taken.
+void CpuStream::wait_for_room(std::uint64_t tail) {
+  const std::uint64_t room_at = tail - kCapacity / 2 + 1;  // head that frees half the ring
+  room_at_.store(room_at, std::memory_order_seq_cst);
+  for (std::uint64_t h = head_.load(std::memory_order_seq_cst); h < room_at;
+       h = head_.load(std::memory_order_seq_cst)) {
+    head_.wait(h, std::memory_order_seq_cst);
+  }
+  room_at_.store(0, std::memory_order_relaxed);
 }
 
 void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
@@ -156,7 +169,9 @@ void CpuStream::worker_loop() {
     run(entry, ctx);
     entry.event.reset();
     ++head;
-    head_.store(head, std::memory_order_release);
+    head_.store(head, std::memory_order_seq_cst);
+    const std::uint64_t room_at = room_at_.load(std::memory_order_seq_cst);
+    if (room_at != 0 && head >= room_at) head_.notify_all();
     completed_.store(head, std::memory_order_seq_cst);
     if (host_waiting_.load(std::memory_order_seq_cst) > 0) completed_.notify_all();
     if (stop) return;

@@ -22,7 +22,9 @@ namespace sinkgraph::cpu_device {
 // `tail_`; a producer only pays the wake-up system call when `sleeping_` is
 // set (the seq_cst store/load pair on both sides rules out a lost wake-up).
 // synchronize() waits on `completed_` the same way, so the worker only calls
-// notify when a host thread is actually waiting.
+// notify when a host thread is actually waiting; with a compute thread on
+// every core it parks without spinning. A producer that finds the ring full
+// parks on `head_` until half of it is free (`room_at_`).
 class CpuStream final : public Stream {
  public:
   // Kernels split their work across `pool`, which outlives the stream.
@@ -57,6 +59,7 @@ class CpuStream final : public Stream {
   // Appends one entry; `fill` writes it in place while the slot is owned.
   template <typename Fill>
   void enqueue(Fill&& fill);
+  void wait_for_room(std::uint64_t tail);
   void worker_loop();
   void run(Entry& entry, Context& ctx);
   void wait_completed(std::uint64_t target) const;
@@ -66,8 +69,9 @@ class CpuStream final : public Stream {
   ComputePool& pool_;
   std::vector<Entry> ring_;
   std::mutex producer_mutex_;
-  std::atomic<std::uint64_t> tail_{0};  // entries published
-  std::atomic<std::uint64_t> head_{0};  // entries taken by the worker
+  std::atomic<std::uint64_t> tail_{0};     // entries published
+  std::atomic<std::uint64_t> head_{0};     // entries taken by the worker
+  std::atomic<std::uint64_t> room_at_{0};  // a producer parks until head_ reaches it (0: none)
   mutable std::atomic<std::uint64_t> completed_{0};
   std::atomic<bool> sleeping_{false};
   mutable std::atomic<int> host_waiting_{0};
