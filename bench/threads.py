@@ -60,7 +60,7 @@ def svg_plot(models, threads, table, floors, path):
         width = len(MODES) * (len(threads) * bar_w + gap) + gap
         groups.append((m, x, width))
         x += width + group_gap
-    total_w = x + 160
+    total_w = max(x + 160, 780)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height + top + 70}"'
              ' font-family="sans-serif" font-size="11">',
              f'<text x="{left}" y="16" font-size="13">decode tokens/s by compute threads '
