@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "../counter_rng.h"
 #include "common.h"
@@ -122,6 +123,17 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx) {
   });
 }
 
+namespace {
+template <typename V>
+bool is_nan(V v) {
+  if constexpr (std::is_floating_point_v<V>) {
+    return std::isnan(v);
+  } else {
+    return false;
+  }
+}
+}  // namespace
+
 // The first index of the largest value; NaN never wins, except as element 0
 // (nothing compares greater than it). A single long row (the decode step's
 // logits) is scanned in fixed blocks across the compute threads, each block
@@ -143,7 +155,7 @@ void argmax(const ArgBlock& args, KernelContext& ctx) {
       compute_t<T> best_v{};
       for (std::int64_t i = begin; i < end; ++i) {
         const auto v = load(px + xo + i * xs);
-        if (best < 0 ? (i == 0 || v == v) : v > best_v) {  // v == v: not NaN
+        if (best < 0 ? (i == 0 || !is_nan(v)) : v > best_v) {
           best_v = v;
           best = i;
         }
