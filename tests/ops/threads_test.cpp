@@ -213,15 +213,23 @@ TEST(ops_threads, the_thread_count_is_checked_and_defaults_to_the_available_core
   EXPECT_EQ(sg::num_threads(), sg::kMaxThreads);
 }
 
+// A matrix-vector product that splits at any thread count: 3000 x 256 (3 MB).
+struct BigLinear {
+  explicit BigLinear(std::uint32_t seed) : rng(seed) {}
+  std::mt19937 rng;
+  std::vector<float> w = sgtest::random_floats(rng, 3000 * 256),
+                     x = sgtest::random_floats(rng, 256);
+  sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
+};
+
 // Several host threads, each on a stream of its own, queue parallel kernels
 // while another thread keeps changing the thread count: the pool stops and
 // starts helpers between jobs, a busy pool makes a kernel run its parts
 // alone, and every result still equals the one-thread result bit for bit.
 TEST(ops_threads, streams_on_several_threads_share_the_pool_while_its_size_changes) {
   const ThreadCount restore;
-  std::mt19937 rng(5);
-  const auto w = sgtest::random_floats(rng, 3000 * 256), x = sgtest::random_floats(rng, 256);
-  const sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
+  const BigLinear big(5);
+  const sg::Tensor &tw = big.tw, &tx = big.tx;
   sg::set_num_threads(1);
   const std::vector<float> want = sg::ops::linear(tx, tw).to_floats();
   sg::set_num_threads(2);
@@ -259,11 +267,10 @@ TEST(ops_threads, streams_on_several_threads_share_the_pool_while_its_size_chang
 // them first (its destructor drains the queue); their results are right.
 TEST(ops_threads, a_stream_destroyed_with_parallel_kernels_queued_finishes_them) {
   const ThreadCount restore;
-  std::mt19937 rng(6);
-  const auto w = sgtest::random_floats(rng, 3000 * 256), x = sgtest::random_floats(rng, 256);
-  const sg::Tensor tw = make(w, {3000, 256}), tx = make(x, {1, 256});
+  const BigLinear big(6);
+  const sg::Tensor &tw = big.tw, &tx = big.tx;
   sg::set_num_threads(3);
-  const auto want = ref::linear(x, {1, 256}, w, 3000);
+  const auto want = ref::linear(big.x, {1, 256}, big.w, 3000);
   sg::current_stream().synchronize();  // the inputs' copies, before another stream reads them
   std::vector<sg::Tensor> results;
   {

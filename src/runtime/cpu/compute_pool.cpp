@@ -5,32 +5,9 @@
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
+#include "spin.h"
 
 namespace sinkgraph::cpu_device {
-
-namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// Spins until pred() holds or `spin_ns` pass, offering the core every 64
-// spins (Note [CPU stream worker]). True when pred() held.
-template <typename Pred>
-bool spin_until(std::int64_t spin_ns, Pred&& pred) {
-  if (spin_ns <= 0) return pred();
-  const std::int64_t deadline = now_ns() + spin_ns;
-  for (int i = 0;; ++i) {
-    if (pred()) return true;
-    cpu_relax();
-    if ((i & 63) == 63) {
-      if (now_ns() >= deadline) return pred();
-      std::this_thread::yield();
-    }
-  }
-}
-}  // namespace
 
 ComputePool::ComputePool(std::int64_t spin_us) : spin_ns_(spin_us * 1000) {}
 

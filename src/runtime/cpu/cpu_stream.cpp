@@ -9,21 +9,9 @@
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
+#include "spin.h"
 
 namespace sinkgraph::cpu_device {
-
-namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-// Every 64 spins a spinning thread offers its core: on an idle machine the
-// call returns at once (no other thread is runnable), but when the cores are
-// oversubscribed a pure spin would hold the core the thread it waits for
-// needs, for a whole scheduler time slice (CUDA's "spin, then yield").
-inline void spin_yield() { std::this_thread::yield(); }
-}  // namespace
 
 class CpuStream::Context final : public KernelContext {
  public:
