@@ -215,8 +215,12 @@ void CpuStream::run(Entry& entry, Context& ctx) {
 
 void CpuStream::wait_completed(std::uint64_t target) const {
   // With a compute thread on every core, a spinning host thread takes a core
-  // from the work it waits for (Note [Compute threads]): it parks at once.
-  const std::int64_t spin_ns = sinkgraph::num_threads() >= available_cores() ? 0 : spin_ns_;
+  // from the work it waits for (Note [Compute threads]): it spins only long
+  // enough to catch a short step (a small model's token, read by the host
+  // each step), then parks.
+  constexpr std::int64_t kShortSpinNs = 50'000;
+  const std::int64_t spin_ns =
+      sinkgraph::num_threads() >= available_cores() ? std::min(spin_ns_, kShortSpinNs) : spin_ns_;
   const std::int64_t deadline = now_ns() + spin_ns;
   for (int i = 0; completed_.load(std::memory_order_acquire) < target; ++i) {
     cpu_relax();

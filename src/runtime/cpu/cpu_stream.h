@@ -23,7 +23,7 @@ namespace sinkgraph::cpu_device {
 // set (the seq_cst store/load pair on both sides rules out a lost wake-up).
 // synchronize() waits on `completed_` the same way, so the worker only calls
 // notify when a host thread is actually waiting; with a compute thread on
-// every core it parks without spinning. A producer that finds the ring full
+// every core it spins at most 50 µs before it parks. A producer that finds the ring full
 // parks on `head_` until half of it is free (`room_at_`).
 class CpuStream final : public Stream {
  public:
