@@ -9,9 +9,6 @@ namespace sinkgraph::kernels::cpu {
 
 namespace {
 
-// Elements per intra-op task: below this, threads cost more than they save.
-constexpr std::int64_t kGrain = 1 << 15;
-
 // out = op(a, b) with broadcasting; a, b and out share one dtype.
 template <typename Op>
 void binary(const ArgBlock& args, KernelContext& ctx) {
@@ -31,7 +28,7 @@ void binary(const ArgBlock& args, KernelContext& ctx) {
         pa += a.offset;
         pb += b.offset;
         po += o.offset;
-        parallel_for(ctx, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+        parallel_for(ctx, n, kMinParallelWork, [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t i = begin; i < end; ++i)
             store(po + i, Op{}(load(pa + i), load(pb + i)));
         });
@@ -66,7 +63,7 @@ void unary(const ArgBlock& args, KernelContext& ctx) {
       const std::int64_t n = o.numel();
       px += x.offset;
       po += o.offset;
-      parallel_for(ctx, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+      parallel_for(ctx, n, kMinParallelWork, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) store(po + i, Op{}(load(px + i), scalar));
       });
       return;

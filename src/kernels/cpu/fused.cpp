@@ -21,8 +21,6 @@ namespace {
 
 namespace fp = fused;
 
-constexpr std::int64_t kGrain = 1 << 15;
-
 // The value a separate kernel would have stored and reloaded.
 template <typename T>
 inline float round_to(float v) {
@@ -45,7 +43,7 @@ void broadcast_rows(const TensorArg (&t)[N], KernelContext& ctx, Fn&& fn) {
   for (int k = 0; k < N - 1; ++k) flat = flat && t[k].is_contiguous() && t[k].numel() == n;
   if (flat) {
     // One row of n elements: split it over the intra-op threads.
-    parallel_for(ctx, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for(ctx, n, kMinParallelWork, [&](std::int64_t begin, std::int64_t end) {
       std::int64_t off[N];
       std::int64_t st[N];
       for (int k = 0; k < N; ++k) {

@@ -25,7 +25,6 @@ void ComputePool::stop_helpers_locked() {
   for (std::thread& t : helpers_) t.join();
   helpers_.clear();
   stop_.store(false, std::memory_order_relaxed);
-  threads_.store(1, std::memory_order_relaxed);
 }
 
 void ComputePool::resize_locked(int threads) {
@@ -36,7 +35,6 @@ void ComputePool::resize_locked(int threads) {
   const std::uint64_t seen = word_.load(std::memory_order_relaxed);
   for (int i = 1; i < threads; ++i)
     helpers_.emplace_back([this, i, seen] { helper_loop(i, seen); });
-  threads_.store(threads, std::memory_order_relaxed);
 }
 
 void ComputePool::run_part(int part) noexcept {
@@ -79,8 +77,8 @@ void ComputePool::run(int parts, PartFn fn, void* arg) {
     return;
   }
   const int wanted = std::clamp(num_threads(), 1, static_cast<int>(kPartMask));
-  if (wanted != threads()) resize_locked(wanted);
-  const int shared = std::min(parts, threads());
+  if (wanted != threads_locked()) resize_locked(wanted);
+  const int shared = std::min(parts, threads_locked());
   if (shared <= 1) {
     for (int p = 0; p < parts; ++p) fn(arg, p);
     return;

@@ -42,10 +42,10 @@ class ComputePool {
   // rethrown here, after every part has finished.
   void run(int parts, PartFn fn, void* arg);
 
-  // Threads a job can use now (helpers and the caller).
-  [[nodiscard]] int threads() const { return threads_.load(std::memory_order_relaxed); }
-
  private:
+  // Threads a job can use now (helpers and the caller); under mutex_.
+  [[nodiscard]] int threads_locked() const { return static_cast<int>(helpers_.size()) + 1; }
+
   static constexpr int kPartBits = 16;
   static constexpr std::uint64_t kPartMask = (std::uint64_t{1} << kPartBits) - 1;
 
@@ -57,7 +57,6 @@ class ComputePool {
   const std::int64_t spin_ns_;
   std::mutex mutex_;  // held by the thread running a job or resizing
   std::vector<std::thread> helpers_;
-  std::atomic<int> threads_{1};
   std::uint64_t sequence_ = 0;  // written under mutex_
 
   // The job; written under mutex_ before `word_` publishes it.
