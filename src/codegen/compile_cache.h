@@ -6,14 +6,28 @@
 
 namespace sinkgraph::codegen {
 
+// The compute threads as generated code sees them (Note [Parallel loops in
+// generated code] in emitters.cpp): `run(ctx, parts, fn, arg)` calls
+// fn(arg, part) for every part in [0, parts) on the stream's worker and the
+// compute pool (KernelContext::parallel_run), and returns when all are done.
+// The prelude declares the same layout as `sg_pool`.
+struct RegionPool {
+  void* ctx = nullptr;
+  int threads = 1;
+  void (*run)(void* ctx, int parts, void (*fn)(void* arg, int part), void* arg) = nullptr;
+};
+
 // The entry point every generated region defines (Note [Generated regions]):
-// `p` the region's tensor addresses, `s` its runtime scalars; returns 0, or
-// non-zero after writing a message into err[0 .. errlen).
-using RegionFn = int (*)(void* const* p, const long long* s, char* err, int errlen);
+// `p` the region's tensor addresses, `s` its runtime scalars, `pool` the
+// threads its loops may split across; returns 0, or non-zero after writing a
+// message into err[0 .. errlen).
+using RegionFn = int (*)(void* const* p, const long long* s, char* err, int errlen,
+                         const RegionPool* pool);
 
 // Bumped whenever RegionFn or the generated prelude changes meaning: part of
 // every cache key, so entries from an older sinkgraph are never loaded.
-inline constexpr int kRegionAbi = 2;  // 2: no thread_local scratch in the prelude
+// 2: no thread_local scratch in the prelude; 3: the compute pool argument.
+inline constexpr int kRegionAbi = 3;
 
 struct CompileResult {
   RegionFn fn = nullptr;  // null: failed (see error)

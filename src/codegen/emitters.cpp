@@ -13,6 +13,7 @@
 
 #include <fmt/core.h>
 
+#include "../kernels/cpu/common.h"
 #include "../kernels/fused_program.h"
 #include "sinkgraph/op_registry.h"
 
@@ -60,6 +61,45 @@ std::string open_loops(const Shape& shape, const std::string& var, int first, in
   return s;
 }
 std::string close_loops(int n) { return std::string(static_cast<std::size_t>(n), '}') + "\n"; }
+
+// Note [Parallel loops in generated code]
+// Generated loops split across the compute threads as the kernels do (Note
+// [Splitting a kernel's work]): a loop nest's first dimension larger than one
+// becomes the range of the prelude's sg_parallel_for, parts of whole grains
+// from common.h's grain_for() of the elements each index touches. Whether a
+// nest can split at all is a fact of its shapes, decided here: one too small
+// for two grains is emitted as plain loops and pays nothing. How many parts
+// it gets is read at run time from the pool, so one generated function (and
+// one cache entry) serves any thread count, and each index runs the same code
+// whichever part holds it: results do not depend on the thread count. A body
+// that can fail (SG_FAIL returns from sg_region) is never put in a part.
+struct LoopNest {
+  std::string open, close;
+};
+
+// Loops over dims [first, last) of `shape` named `<var><d>`, each innermost
+// iteration touching `inner_work` elements; the first dim larger than one is
+// split when it holds at least two grains.
+LoopNest parallel_loops(const Shape& shape, const std::string& var, int first, int last,
+                        std::int64_t inner_work) {
+  int p = first;
+  while (p < last && shape[p] == 1) ++p;
+  if (p < last) {
+    std::int64_t work = inner_work;
+    for (int d = p + 1; d < last; ++d) work *= shape[d];
+    const std::int64_t grain = kernels::grain_for(work);
+    if (shape[p] / grain >= 2) {
+      const std::string v = var + std::to_string(p);
+      return {open_loops(shape, var, first, p) +
+                  fmt::format("sg_parallel_for(pool, {0}, {1}, [&](long long {2}_lo, long long "
+                              "{2}_hi) {{\nfor (long long {2} = {2}_lo; {2} < {2}_hi; ++{2}) {{\n",
+                              i64(shape[p]), i64(grain), v) +
+                  open_loops(shape, var, p + 1, last),
+              close_loops(last - p - 1) + "}\n});\n" + close_loops(p - first)};
+    }
+  }
+  return {open_loops(shape, var, first, last), close_loops(last - first)};
+}
 
 // Rows over the last dimension of a rank-`rank` tensor: the offset of the row
 // at the leading loop variables r0 .. r{rank-2} ("r0 * s0 + ... + "), and
@@ -146,8 +186,8 @@ bool emit_pointwise(const OpDef& def, const EmitArgs& a, std::string& out) {
   }
   if (value.empty()) return false;
   const int nd = o.shape.size();
-  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = " + value + ";\n" +
-         close_loops(nd) + "}\n";
+  const LoopNest loops = parallel_loops(o.shape, "i", 0, nd, 1);
+  out += "{\n" + loops.open + at(o, "i") + " = " + value + ";\n" + loops.close + "}\n";
   return true;
 }
 
@@ -205,8 +245,8 @@ bool emit_fused_elementwise(const EmitArgs& a, std::string& out) {
   }
   if (stack.size() != 1) return false;
   const int nd = o.shape.size();
-  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = " + stack[0] + ";\n" +
-         close_loops(nd) + "}\n";
+  const LoopNest loops = parallel_loops(o.shape, "i", 0, nd, 1);
+  out += "{\n" + loops.open + at(o, "i") + " = " + stack[0] + ";\n" + loops.close + "}\n";
   return true;
 }
 
@@ -217,14 +257,20 @@ bool emit_silu_mul(const EmitArgs& a, std::string& out) {
   const std::string x = at(broadcast_to(a.inputs[0], o), "i");
   const std::string y = at(broadcast_to(a.inputs[1], o), "i");
   const int nd = o.shape.size();
-  out += "{\n" + open_loops(o.shape, "i", 0, nd) + at(o, "i") + " = sg_silu(" + x + ") * " + y +
-         ";\n" + close_loops(nd) + "}\n";
+  const LoopNest loops = parallel_loops(o.shape, "i", 0, nd, 1);
+  out += "{\n" + loops.open + at(o, "i") + " = sg_silu(" + x + ") * " + y + ";\n" + loops.close +
+         "}\n";
   return true;
 }
 
 // Rows over the last dimension: loops over the leading dims of `t`.
 std::string row_loops(const EmitTensor& t) {
   return open_loops(t.shape, "r", 0, t.shape.size() - 1);
+}
+// The same rows split across the compute threads, each touching `per_row`
+// elements.
+LoopNest parallel_rows(const EmitTensor& t, std::int64_t per_row) {
+  return parallel_loops(t.shape, "r", 0, t.shape.size() - 1, per_row);
 }
 
 // rms_norm(x, w, eps): o = w * (x * 1/sqrt(mean(x^2) + eps)), per row, the
@@ -235,7 +281,8 @@ void rms_norm_body(const EmitTensor& x, const EmitTensor& w, const EmitTensor& o
   const std::int64_t n = x.shape[nd - 1];
   auto elem = [&](const EmitTensor& t, const std::string& i) { return row_elem(t, nd, i); };
   const std::string wi = w.ptr + "[i * " + i64(w.strides[0]) + "]";
-  out += "{\n" + row_loops(x);
+  const LoopNest rows = parallel_rows(x, n);
+  out += "{\n" + rows.open;
   out += "float ss = 0.0f;\n";
   out += fmt::format("for (long long i = 0; i < {}; ++i) {{ const float v = {}; ss += v * v; }}\n",
                      i64(n), elem(x, "i"));
@@ -243,7 +290,7 @@ void rms_norm_body(const EmitTensor& x, const EmitTensor& w, const EmitTensor& o
                      n, eps);
   out += fmt::format("for (long long i = 0; i < {}; ++i) {} = {} * (scale * {});\n", i64(n),
                      elem(o, "i"), wi, elem(x, "i"));
-  out += close_loops(nd - 1) + "}\n";
+  out += rows.close + "}\n";
 }
 
 bool emit_rms_norm(const EmitArgs& a, std::string& out) {
@@ -268,8 +315,9 @@ bool emit_add_rms_norm(const EmitArgs& a, std::string& out) {
   norm.strides = sum.strides;
   norm.ptr = "(" + o.ptr + " + " + i64(o.strides[0]) + ")";
   const int nd = x.shape.size();
-  out += "{\n" + open_loops(x.shape, "i", 0, nd) + at(sum, "i") + " = " + at(x, "i") + " + " +
-         at(r, "i") + ";\n" + close_loops(nd) + "}\n";
+  const LoopNest loops = parallel_loops(x.shape, "i", 0, nd, 1);
+  out += "{\n" + loops.open + at(sum, "i") + " = " + at(x, "i") + " + " + at(r, "i") + ";\n" +
+         loops.close + "}\n";
   rms_norm_body(sum, a.inputs[2], norm, a.scalars[0].expr, out);
   return true;
 }
@@ -312,7 +360,14 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   std::int64_t done = 0;
   if (blocked && n >= 4) {
     done = n - n % 4;
-    out += fmt::format("for (long long n = 0; n < {}; n += 4) {{\n", i64(done));
+    // Blocks of four output rows split across the compute threads.
+    const std::int64_t blocks = done / 4, grain = kernels::grain_for(4 * k);
+    const bool split = blocks / grain >= 2;
+    out += split ? fmt::format(
+                       "sg_parallel_for(pool, {}, {}, [&](long long b_lo, long long b_hi) {{\n"
+                       "for (long long n = b_lo * 4; n < b_hi * 4; n += 4) {{\n",
+                       i64(blocks), i64(grain))
+                 : fmt::format("for (long long n = 0; n < {}; n += 4) {{\n", i64(done));
     out += fmt::format("const float* w0 = {} + n * {};\n", w.ptr, i64(w.strides[0]));
     out += fmt::format(
         "const float* w1 = w0 + {0};\nconst float* w2 = w1 + {0};\n"
@@ -335,6 +390,7 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
         "orow[n * {0}] = s0;\norow[(n + 1) * {0}] = s1;\n"
         "orow[(n + 2) * {0}] = s2;\norow[(n + 3) * {0}] = s3;\n}}\n",
         i64(o.strides[nd - 1]));
+    if (split) out += "});\n";
   }
   if (done < n) {
     out += fmt::format("for (long long n = {}; n < {}; ++n) {{\n", i64(done), i64(n));
@@ -427,8 +483,8 @@ bool emit_index_copy(const EmitArgs& a, std::string& out) {
   window.ptr = "(" + dst.ptr + " + index * " + i64(dst.strides[0]) + ")";
   window.shape[0] = rows;
   const int nd = src.shape.size();
-  out += open_loops(src.shape, "i", 0, nd) + at(window, "i") + " = " + at(src, "i") + ";\n" +
-         close_loops(nd) + "}\n";
+  const LoopNest loops = parallel_loops(src.shape, "i", 0, nd, 1);
+  out += loops.open + at(window, "i") + " = " + at(src, "i") + ";\n" + loops.close + "}\n";
   return true;
 }
 
@@ -456,9 +512,21 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
       i64(t_len), i64(cache));
   // The `group` query heads of one kv head are done together, so each k and
   // v row is read once for all of them; per head, the sums run in the
-  // kernel's order. Scores on the stack, or on the heap for long caches: no
-  // thread_local in generated code (LeakSanitizer's scan of a dlopen'ed
-  // object's dynamic TLS crashed at exit).
+  // kernel's order. The (row, kv head) pairs split across the compute
+  // threads, each touching about 2 * group * seq_len * D elements (the
+  // kernel's grain), decided at run time since seq_len is updatable. Scores
+  // on the stack of whichever thread runs the pair, or on the heap for long
+  // caches: no thread_local in generated code (LeakSanitizer's scan of a
+  // dlopen'ed object's dynamic TLS crashed at exit).
+  const std::int64_t pairs = t_len * hkv;
+  if (pairs >= 2) {
+    out += fmt::format(
+        "sg_parallel_for(pool, {}, sg_grain(2 * {} * seq_len * {}), [&](long long p_lo, long long "
+        "p_hi) {{\n",
+        i64(pairs), i64(group), i64(d));
+  } else {
+    out += fmt::format("{{\nconst long long p_lo = 0, p_hi = {};\n", i64(pairs));
+  }
   const std::int64_t slots = group * cache;
   out += slots <= kStackScores
              ? fmt::format("float scores[{}];\n", slots)
@@ -466,9 +534,9 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
                    "std::vector<float> scores_heap({});\nfloat* scores = scores_heap.data();\n",
                    i64(slots));
   out += fmt::format("float acc[{}][{}];\nfloat mx[{}], sum[{}];\n", group, d, group, group);
-  out += fmt::format("for (long long t = 0; t < {}; ++t) {{\n", i64(t_len));
+  out += "for (long long pair = p_lo; pair < p_hi; ++pair) {\n";
+  out += fmt::format("const long long t = pair / {0}, kvh = pair % {0};\n", i64(hkv));
   out += fmt::format("const long long visible = seq_len - {} + t + 1;\n", i64(t_len));
-  out += fmt::format("for (long long kvh = 0; kvh < {}; ++kvh) {{\n", i64(hkv));
   out += fmt::format("const float* qbase = {} + t * {} + kvh * {};\n", q.ptr, i64(q.strides[0]),
                      i64(group * q.strides[1]));
   out += fmt::format("for (int g = 0; g < {}; ++g) mx[g] = -__builtin_inff();\n", group);
@@ -501,7 +569,7 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
                      i64(group), i64(o.strides[1]));
   out += fmt::format("for (long long c = 0; c < {}; ++c) orow[c * {}] = acc[g][c] * inv;\n}}\n",
                      i64(d), i64(o.strides[2]));
-  out += "}\n}\n}\n";
+  out += pairs >= 2 ? "}\n});\n}\n" : "}\n}\n}\n";
   return true;
 }
 
@@ -513,7 +581,8 @@ bool emit_softmax(const EmitArgs& a, std::string& out) {
   const int nd = x.shape.size();
   const std::int64_t n = x.shape[nd - 1];
   auto elem = [&](const EmitTensor& t, const std::string& i) { return row_elem(t, nd, i); };
-  out += "{\n" + row_loops(x);
+  const LoopNest rows = parallel_rows(x, n);
+  out += "{\n" + rows.open;
   out += fmt::format(
       "float mx = -__builtin_inff();\nfor (long long i = 0; i < {}; ++i) mx = {} > mx ? {} : "
       "mx;\n",
@@ -525,7 +594,7 @@ bool emit_softmax(const EmitArgs& a, std::string& out) {
   out +=
       fmt::format("const float inv = 1.0f / sum;\nfor (long long i = 0; i < {}; ++i) {} *= inv;\n",
                   i64(n), elem(o, "i"));
-  out += close_loops(nd - 1) + "}\n";
+  out += rows.close + "}\n";
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include "../core/log.h"
+#include "../kernels/cpu/common.h"
 #include "compile_cache.h"
 #include "emitters.h"
 #include "sinkgraph/error.h"
@@ -102,6 +103,48 @@ inline float sg_hsum8(sg_v8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2]
 #define SG_FAIL(...) do { std::snprintf(err, static_cast<std::size_t>(errlen), __VA_ARGS__); return 1; } while (0)
 )";
 
+// The compute threads (RegionPool's layout) and sg_parallel_for, common.h's
+// parallel_for: the same static cut, the same grain rule, so a loop splits
+// exactly as a kernel over the same work would (Note [Parallel loops in
+// generated code] in emitters.cpp). sg_min_parallel_work is defined before
+// this, from kMinParallelWork.
+constexpr const char* kParallelPrelude = R"(namespace {
+struct sg_pool {
+  void* ctx;
+  int threads;
+  void (*run)(void* ctx, int parts, void (*fn)(void* arg, int part), void* arg);
+};
+// The grain for indices that each touch `work` elements.
+inline long long sg_grain(long long work) {
+  return work >= sg_min_parallel_work ? 1 : sg_min_parallel_work / (work < 1 ? 1 : work);
+}
+// f(begin, end) over [0, n) in parts of whole grains, one per thread.
+template <class F>
+void sg_parallel_for(const sg_pool* pool, long long n, long long grain, const F& f) {
+  if (grain < 1) grain = 1;
+  long long wanted = n / grain;
+  if (pool->threads < wanted) wanted = pool->threads;
+  if (wanted <= 1) { f(0LL, n); return; }
+  long long step = (n + wanted - 1) / wanted;
+  step = (step + grain - 1) / grain * grain;
+  struct Job { const F* f; long long n, step; } job{&f, n, step};
+  pool->run(pool->ctx, static_cast<int>((n + step - 1) / step), [](void* arg, int part) {
+    const Job& j = *static_cast<const Job*>(arg);
+    const long long begin = part * j.step;
+    (*j.f)(begin, begin + j.step < j.n ? begin + j.step : j.n);
+  }, &job);
+}
+}  // namespace
+)";
+
+// The whole prelude of a region's source.
+const std::string& prelude() {
+  static const std::string text =
+      std::string(kPrelude) + "namespace { constexpr long long sg_min_parallel_work = " +
+      std::to_string(kernels::kMinParallelWork) + "LL; }\n" + kParallelPrelude;
+  return text;
+}
+
 const char* c_type(DType t) {
   switch (t) {
     case DType::f32:
@@ -138,7 +181,13 @@ void region_kernel(const ArgBlock& args, KernelContext& ctx) {
   for (int j = 1; j < args.num_scalars; ++j) s[j - 1] = args.scalars[j].i;
   char err[512];
   err[0] = '\0';
-  if (call->fn(call->ptrs.data(), s, err, static_cast<int>(sizeof err)) != 0) {
+  RegionPool pool;
+  pool.ctx = &ctx;
+  pool.threads = ctx.num_threads();
+  pool.run = [](void* c, int parts, void (*fn)(void*, int), void* arg) {
+    static_cast<KernelContext*>(c)->parallel_run(parts, fn, arg);
+  };
+  if (call->fn(call->ptrs.data(), s, err, static_cast<int>(sizeof err), &pool) != 0) {
     ctx.fail(call->name + ": " + err);
   }
 }
@@ -261,10 +310,11 @@ void RegionBuilder::fallback(const std::string& why) {
 void RegionBuilder::flush(Stream& stream) {
   if (pending_.empty()) return;
   const int index = regions_++;
-  const std::string source = std::string(kPrelude) +
+  const std::string source = prelude() +
                              "extern \"C\" __attribute__((visibility(\"default\"))) int "
-                             "sg_region(void* const* p, const long long* s, char* err, int errlen) "
-                             "{\n(void)s; (void)err; (void)errlen;\n" +
+                             "sg_region(void* const* p, const long long* s, char* err, int errlen, "
+                             "const sg_pool* pool) "
+                             "{\n(void)s; (void)err; (void)errlen; (void)pool;\n" +
                              body_ + "return 0;\n}\n";
   const CompileResult r = compile_region(source, cache_dir_);
   if (r.fn == nullptr) {

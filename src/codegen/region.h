@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "compile_cache.h"
 #include "sinkgraph/op_registry.h"
 #include "sinkgraph/stream.h"
 #include "sinkgraph/symint.h"
@@ -21,8 +22,7 @@ namespace sinkgraph::codegen {
 
 // What a launched region needs for as long as its device graph lives.
 struct RegionCall {
-  using Fn = int (*)(void* const* p, const long long* s, char* err, int errlen);
-  Fn fn = nullptr;
+  RegionFn fn = nullptr;
   std::vector<void*> ptrs;  // each bound tensor's first element
   std::string name;         // "generated region k of graph @g" (error messages)
 };

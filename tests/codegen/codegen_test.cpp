@@ -16,6 +16,7 @@
 
 #include "../trace/models.h"
 #include "sinkgraph/compiler.h"
+#include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/log.h"
 #include "sinkgraph/ops.h"
@@ -215,6 +216,72 @@ TEST_F(CodegenTest, random_pointwise_chains_agree_with_the_kernels) {
     const auto seed = static_cast<std::uint32_t>(100 + 2 * trial);
     (void)check(fn, {{rnd({5, 7}, seed), rnd({7}, seed + 1)}}, 1e-5F);
   }
+}
+
+// Loops with work enough for two grains split across the compute threads
+// (Note [Parallel loops in generated code]): a pointwise chain over rows,
+// norms and softmax by rows, a 256 KiB linear by blocks of output rows, and
+// attention by kv heads. One compiled function serves 1, 2 and 3 threads:
+// each agrees with the kernels, and is bitwise equal to the 1-thread result.
+// Inputs alternate between calls, so a part that failed to run would leave
+// the other call's values in the output and be caught.
+TEST_F(CodegenTest, generated_loops_split_across_compute_threads) {
+  const int saved_threads = sg::num_threads();
+  const sg::Tensor norm = rnd({8192}, 30), w = rnd({256, 256}, 31, 0.1F);
+  const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    namespace o = sg::ops;
+    const auto& x = std::get<sg::Tensor>(a[0]);
+    const sg::Tensor y = o::silu(o::add_scalar(o::mul(x, x), -0.5));
+    return {o::softmax(o::rms_norm(y, norm, 1e-5)), o::linear(std::get<sg::Tensor>(a[1]), w),
+            o::attention(std::get<sg::Tensor>(a[2]), std::get<sg::Tensor>(a[3]),
+                         std::get<sg::Tensor>(a[4]), std::get<sg::SymInt>(a[5]), 0.125)};
+  };
+  auto inputs = [](std::uint32_t seed, std::int64_t len) {
+    return Args{rnd({8, 8192}, seed),        rnd({1, 256}, seed + 1),     rnd({1, 8, 64}, seed + 2),
+                rnd({512, 2, 64}, seed + 3), rnd({512, 2, 64}, seed + 4), sg::SymInt(len)};
+  };
+  const std::vector<Args> calls = {inputs(50, 300), inputs(60, 411)};
+  auto compiled = sg::compile(fn, sg::get_backend(config()));
+  std::vector<std::vector<std::vector<float>>> one_thread;  // [call][output]
+  for (const int threads : {1, 2, 3}) {
+    sg::set_num_threads(threads);
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const std::vector<sg::Tensor> got = (*compiled)(calls[k]);
+      const std::vector<sg::Tensor> want = fn(calls[k]);
+      ASSERT_EQ(got.size(), 3U);
+      std::vector<std::vector<float>> values;
+      for (std::size_t o = 0; o < got.size(); ++o) {
+        const std::vector<float> g = got[o].to_floats(), w2 = want[o].to_floats();
+        ASSERT_EQ(g.size(), w2.size());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < g.size(); ++i) {
+          if (!(std::fabs(g[i] - w2[i]) <= 1e-4F * (1.0F + std::fabs(w2[i]))) && bad++ < 3) {
+            ADD_FAILURE() << threads << " threads, call " << k << ", output " << o << ", element "
+                          << i << ": " << g[i] << " vs " << w2[i];
+          }
+        }
+        if (threads > 1) {
+          EXPECT_EQ(g, one_thread[k][o]) << threads << " threads, call " << k << ", output " << o;
+        }
+        values.push_back(g);
+      }
+      if (threads == 1) one_thread.push_back(std::move(values));
+    }
+  }
+  sg::set_num_threads(saved_threads);
+  EXPECT_EQ(compiled->counters().captured, 1);
+  EXPECT_EQ(compiled->counters().codegen_kernels, 1) << compiled->explain(true);
+  // Every one of those loops was emitted as a parallel loop.
+  int parallel_loops = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    for (std::size_t at = 0; (at = text.find("sg_parallel_for(pool,", at)) != std::string::npos;
+         ++at)
+      ++parallel_loops;
+  }
+  EXPECT_EQ(parallel_loops, 5);
 }
 
 // Cold, then warm (a second compiled function in a process that already
