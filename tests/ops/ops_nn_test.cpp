@@ -375,21 +375,6 @@ TEST(ops_argmax, strided_and_half_inputs) {
 
 // ---- sample -------------------------------------------------------------------
 
-// The inverse-CDF draw written out plainly (double weights kept in a vector).
-std::int64_t reference_sample(const std::vector<float>& row, double t, double u) {
-  double best = row[0];
-  for (const float v : row) best = std::max(best, static_cast<double>(v));
-  std::vector<double> w;
-  double total = 0;
-  for (const float v : row) total += w.emplace_back(std::exp((v - best) / t));
-  double acc = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    acc += w[i];
-    if (u * total < acc) return static_cast<std::int64_t>(i);
-  }
-  return static_cast<std::int64_t>(w.size()) - 1;
-}
-
 TEST(ops_sample, matches_the_inverse_cdf_reference_row_by_row) {
   std::mt19937 rng(48);
   for (const double t : {0.3, 1.0, 2.5}) {
@@ -400,8 +385,30 @@ TEST(ops_sample, matches_the_inverse_cdf_reference_row_by_row) {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::vector<float> row(v.begin() + r * n, v.begin() + (r + 1) * n);
       const double u = sinkgraph::kernels::counter_uniform(1234, 17, static_cast<std::uint64_t>(r));
-      EXPECT_EQ(got[static_cast<std::size_t>(r)], reference_sample(row, t, u)) << "row " << r;
+      EXPECT_EQ(got[static_cast<std::size_t>(r)], sgtest::ref::sample(row, t, u)) << "row " << r;
     }
+  }
+}
+
+// Rows longer than a block (8192) are summed block by block (Note
+// [Counter-based sampling]): still the inverse-CDF draw, and a row draws the
+// same index alone or among other rows.
+TEST(ops_sample, long_rows_draw_alike_alone_and_together) {
+  std::mt19937 rng(49);
+  const std::int64_t rows = 3, n = 30000;
+  const auto v = sgtest::random_floats(rng, rows * n, -4.0F, 4.0F);
+  for (std::int64_t offset = 0; offset < 8; ++offset) {
+    const auto together = ops::sample(make(v, {rows, n}), 1.0, 77, offset).to_ints();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(v.begin() + r * n, v.begin() + (r + 1) * n);
+      const double u = sinkgraph::kernels::counter_uniform(77, static_cast<std::uint64_t>(offset),
+                                                           static_cast<std::uint64_t>(r));
+      EXPECT_EQ(together[static_cast<std::size_t>(r)], sgtest::ref::sample(row, 1.0, u))
+          << "row " << r << ", offset " << offset;
+    }
+    // Row 0 alone draws u for row 0 too: the same index.
+    const std::vector<float> first(v.begin(), v.begin() + n);
+    EXPECT_EQ(ops::sample(make(first, {n}), 1.0, 77, offset).to_ints()[0], together[0]);
   }
 }
 

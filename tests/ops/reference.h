@@ -330,6 +330,22 @@ std::vector<std::int64_t> argmax(const std::vector<T>& x, std::int64_t n) {
 }
 
 // Concatenation of contiguous tensors along `dim`.
+// The inverse-CDF draw written out plainly: the first index whose running
+// sum of exp((x - max) / t), in double, passes u times the total.
+inline std::int64_t sample(const std::vector<float>& row, double t, double u) {
+  double best = row[0];
+  for (const float v : row) best = std::max(best, static_cast<double>(v));
+  std::vector<double> w;
+  double total = 0;
+  for (const float v : row) total += w.emplace_back(std::exp((v - best) / t));
+  double acc = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    acc += w[i];
+    if (u * total < acc) return static_cast<std::int64_t>(i);
+  }
+  return static_cast<std::int64_t>(w.size()) - 1;
+}
+
 template <typename T>
 std::vector<T> cat(const std::vector<std::vector<T>>& xs, const std::vector<Dims>& shapes,
                    int dim) {

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/counter_rng.h"  // internal: the tests build with src/ on the include path
 #include "reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
@@ -179,6 +180,27 @@ std::vector<Case> cases() {
                    },
                    std::vector<float>(want.begin(), want.end()), 0, 0});
   }
+
+  // sample of one long row (by blocks, then merged): a draw per offset.
+  {
+    const std::int64_t n = 100000;
+    const auto x = sgtest::random_floats(rng, n, -4.0F, 4.0F);
+    const sg::Tensor tx = make(x, {n});
+    std::vector<float> want;
+    for (std::uint64_t offset = 0; offset < 16; ++offset) {
+      const double u = sg::kernels::counter_uniform(9, offset, 0);
+      want.push_back(static_cast<float>(ref::sample(x, 1.0, u)));
+    }
+    out.push_back({"sample",
+                   [=] {
+                     std::vector<float> ids;
+                     for (std::int64_t offset = 0; offset < 16; ++offset)
+                       ids.push_back(
+                           static_cast<float>(sg::ops::sample(tx, 1.0, 9, offset).to_ints()[0]));
+                     return ids;
+                   },
+                   want, 0, 0});
+  }
   return out;
 }
 
@@ -199,6 +221,39 @@ TEST(ops_threads, every_split_kernel_matches_its_reference_and_itself_at_1_2_and
       } else {
         EXPECT_TRUE(bitwise_equal(got, one))
             << c.name << ": " << threads << " threads differ from one in some bit";
+      }
+    }
+  }
+}
+
+// Batch invariance (Note [Rows of a linear]): each row of a linear over M
+// rows is bitwise the row computed alone, for cache-resident and streaming
+// weights, at any thread count; past kMaxKernelRows (32) the product is
+// OpenBLAS's and only agrees within rounding.
+TEST(ops_threads, a_linear_row_is_the_same_alone_or_among_other_rows) {
+  const ThreadCount restore;
+  std::mt19937 rng(7);
+  for (const Dims& shape : {Dims{384, 256}, Dims{1500, 256}, Dims{10, 13}}) {
+    const auto w = sgtest::random_floats(rng, shape[0] * shape[1]);
+    const sg::Tensor tw = make(w, shape);
+    for (const std::int64_t m : {2, 3, 5, 16, 32, 33}) {
+      const auto x = sgtest::random_floats(rng, m * shape[1]);
+      const sg::Tensor tx = make(x, {m, shape[1]});
+      for (const int threads : {1, 2, 3}) {
+        sg::set_num_threads(threads);
+        const std::vector<float> all = sg::ops::linear(tx, tw).to_floats();
+        EXPECT_TRUE(sgtest::all_close(all, ref::linear(x, {m, shape[1]}, w, shape[0]), 1e-4, 1e-5))
+            << sgtest::str(shape) << " m=" << m;
+        for (std::int64_t i = 0; i < m; ++i) {
+          const std::vector<float> xi(x.begin() + i * shape[1], x.begin() + (i + 1) * shape[1]);
+          const std::vector<float> alone = sg::ops::linear(make(xi, {1, shape[1]}), tw).to_floats();
+          const std::vector<float> row(all.begin() + i * shape[0],
+                                       all.begin() + (i + 1) * shape[0]);
+          if (m <= 32) {
+            EXPECT_TRUE(bitwise_equal(row, alone)) << sgtest::str(shape) << " m=" << m << " row "
+                                                   << i << " at " << threads << " threads";
+          }
+        }
       }
     }
   }

@@ -183,49 +183,101 @@ void matmul(const ArgBlock& args, KernelContext& /*ctx*/) {
 
 namespace {
 
-// out[n] = w[n, :] . x for f32 rows (Note [Vectorized inner loops]). A
-// matrix that fits in cache is compute-bound: four rows per pass over x, each
-// summed in lanes, beats a BLAS call, whose fixed cost dominates there. A large
-// one streams from memory, and there one row at a time was measured faster
-// than both the four-row walk and OpenBLAS's sgemv (32000 x 512: 7.0-8.2 ms
-// against 9.0-9.5 and 8.8-9.2 ms): a single sequential stream is what the
-// hardware prefetcher follows best.
-void matvec_f32(const float* w, std::int64_t ldw, const float* x, float* out, std::int64_t n,
-                std::int64_t k, KernelContext& ctx) {
+// Note [Rows of a linear]
+// out[i, r] = w[r, :] . x[i, :] for f32 rows (Note [Vectorized inner
+// loops]), for one row of x (decode) or a few (a batch of decode steps, a
+// short prompt). A weight that fits in cache is compute-bound: four weight
+// rows per pass over x, each summed in lanes, beat a BLAS call, whose fixed
+// cost dominates there. A large one streams from memory, and there one row
+// at a time was measured faster than both the four-row walk and OpenBLAS's
+// sgemv (32000 x 512: 7.0-8.2 ms against 9.0-9.5 and 8.8-9.2 ms): a single
+// sequential stream is what the hardware prefetcher follows best.
+//
+// Each weight row (or block of four) is read once for all of x's rows while
+// it sits in L1, and the parts split across the compute threads are weight
+// rows, never the sum. Every output element is the same dot() or dot4() of
+// its row whatever the number of rows, so a row's result is bitwise the
+// same alone or among others, at any thread count (batch invariance:
+// batched decoding must give each sequence the ids it gets alone).
+void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
+                     std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+                     KernelContext& ctx) {
   constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
   if (n * k * static_cast<std::int64_t>(sizeof(float)) >= kStreamBytes) {
-    parallel_for(ctx, n, grain_for(k), [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r) out[r] = vec::dot(w + r * ldw, x, k);
+    parallel_for(ctx, n, grain_for(m * k), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        std::int64_t i = 0;
+        for (; i + 2 <= m; i += 2) {
+          vec::dot2(w + r * ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
+                    out + (i + 1) * ldo + r);
+        }
+        if (i < m) out[i * ldo + r] = vec::dot(w + r * ldw, x + i * ldx, k);
+      }
     });
     return;
   }
   constexpr std::int64_t kRows = 4;
   const std::int64_t blocks = (n + kRows - 1) / kRows;
-  parallel_for(ctx, blocks, grain_for(kRows * k), [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(ctx, blocks, grain_for(kRows * m * k), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
       const std::int64_t r = b * kRows;
       if (r + kRows > n) {
-        for (std::int64_t i = r; i < n; ++i) out[i] = vec::dot(w + i * ldw, x, k);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = r; j < n; ++j)
+            out[i * ldo + j] = vec::dot(w + j * ldw, x + i * ldx, k);
+        }
         continue;
       }
-      vec::dot4(w + r * ldw, ldw, x, k, out + r);
+      std::int64_t i = 0;
+      for (; i + 2 <= m; i += 2) {
+        vec::dot4x2(w + r * ldw, ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
+                    out + (i + 1) * ldo + r);
+      }
+      if (i < m) vec::dot4(w + r * ldw, ldw, x + i * ldx, k, out + i * ldo + r);
     }
   });
 }
 
+// The uniform stride between the rows of `t` over its last dimension (its
+// leading dimensions folded into one), or -1 when they do not fold.
+std::int64_t folded_row_stride(const TensorArg& t) {
+  std::int64_t stride = -1, expect = -1;
+  for (int d = t.ndim - 2; d >= 0; --d) {
+    if (t.sizes[d] == 1) continue;
+    if (stride < 0) {
+      stride = t.strides[d];
+      expect = stride * t.sizes[d];
+    } else if (t.strides[d] == expect) {
+      expect *= t.sizes[d];
+    } else {
+      return -1;
+    }
+  }
+  return stride < 0 ? 0 : stride;
+}
+
 }  // namespace
+
+// Rows of x up to this many run linear_rows_f32 (Note [Rows of a linear]);
+// more (a long prompt's prefill) run OpenBLAS's sgemm, whose blocking wins
+// there but which runs on one thread (Note [OpenBLAS is not reentrant]).
+constexpr std::int64_t kMaxKernelRows = 32;
 
 void linear(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& w = args.tensors[1];
   const TensorArg& out = args.tensors[2];
-  const std::int64_t k = w.sizes[1];
-  // One row of x (decode): a matrix-vector product over w's rows.
-  if (x.dtype == DType::f32 && w.dtype == DType::f32 && out.dtype == DType::f32 && x.numel() == k &&
-      k > 0 && x.strides[x.ndim - 1] == 1 && w.strides[1] == 1 && w.strides[0] >= k &&
-      out.strides[out.ndim - 1] == 1) {
-    matvec_f32(w.ptr<float>(), w.strides[0], x.ptr<float>(), out.ptr<float>(), w.sizes[0], k, ctx);
-    return;
+  const std::int64_t k = w.sizes[1], n = w.sizes[0];
+  const std::int64_t m = k > 0 ? x.numel() / k : 0;
+  if (x.dtype == DType::f32 && w.dtype == DType::f32 && out.dtype == DType::f32 && k > 0 &&
+      m >= 1 && m <= kMaxKernelRows && x.strides[x.ndim - 1] == 1 && w.strides[1] == 1 &&
+      w.strides[0] >= k && out.strides[out.ndim - 1] == 1) {
+    const std::int64_t ldx = folded_row_stride(x), ldo = folded_row_stride(out);
+    if (ldx >= 0 && ldo >= 0) {
+      linear_rows_f32(w.ptr<float>(), w.strides[0], x.ptr<float>(), ldx, out.ptr<float>(), ldo, m,
+                      n, k, ctx);
+      return;
+    }
   }
   TensorArg wt = args.tensors[1];  // w[N, K] seen as w^T[K, N]: swap the dims
   std::swap(wt.sizes[0], wt.sizes[1]);

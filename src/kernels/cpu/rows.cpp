@@ -190,8 +190,17 @@ void argmax(const ArgBlock& args, KernelContext& ctx) {
 // offset, r) and picks the first index whose running sum of
 // exp((x_i - max) / T), in double, exceeds u times the total (inverse CDF).
 // Two passes recompute each exponential instead of storing it: a kernel has
-// no scratch memory, and exp is deterministic, so both passes see the same values.
-void sample(const ArgBlock& args, KernelContext&) {
+// no scratch memory, and exp is deterministic, so both passes see the same
+// values.
+//
+// The sums run in fixed blocks of the row (kSampleBlock elements, at most
+// kMaxSampleBlocks of them): each block's sum in order from zero, the total
+// the blocks' sums in order, and the pick the first block whose sum exceeds
+// what is left of the target, then the first index inside it. Blocks depend
+// only on the row's length, so a row samples the same index whatever the
+// thread count and whatever other rows share the call; a single long row
+// (the decode step's logits) splits its blocks across the compute threads.
+void sample(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& o = args.tensors[1];
   const double temperature = args.scalars[0].f;
@@ -200,26 +209,79 @@ void sample(const ArgBlock& args, KernelContext&) {
   const std::int64_t n = last_size(x);
   const std::int64_t xs = last_stride(x);
   const TensorArg orow = one_per_row(o, x);
+  constexpr std::int64_t kSampleBlock = 8192;
+  constexpr std::int64_t kMaxSampleBlocks = 64;
+  const std::int64_t blocks =
+      std::min(kMaxSampleBlocks, std::max<std::int64_t>(1, (n + kSampleBlock - 1) / kSampleBlock));
+  const std::int64_t per = ((n + kSampleBlock - 1) / kSampleBlock + blocks - 1) / blocks *
+                           kSampleBlock;  // elements per block
+  const bool split = x.numel() == n && blocks > 1;
   std::uint64_t row = 0;
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     auto* po = static_cast<std::int64_t*>(o.data);
     for_each_last_dim_row(x, orow, [&](std::int64_t xo, std::int64_t oo) {
-      double best = load(px + xo);
-      for (std::int64_t i = 1; i < n; ++i) best = std::max(best, double{load(px + xo + i * xs)});
-      const auto weight = [&](std::int64_t i) {
-        return std::exp((double{load(px + xo + i * xs)} - best) / temperature);
+      const auto value = [&](std::int64_t i) { return double{load(px + xo + i * xs)}; };
+      // Blocks [begin, end) of the row, on the compute threads when it is
+      // the only row.
+      const auto each_block = [&](auto&& fn) {
+        const auto run = [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t b = begin; b < end; ++b) fn(b, b * per, std::min(n, (b + 1) * per));
+        };
+        if (split) {
+          parallel_for(ctx, blocks, grain_for(per), run);
+        } else {
+          run(0, blocks);
+        }
       };
+      // The largest value, NaN skipped unless it is element 0 (as argmax).
+      double block_max[kMaxSampleBlocks];
+      each_block([&](std::int64_t b, std::int64_t begin, std::int64_t end) {
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::int64_t i = begin; i < end; ++i) m = std::max(m, value(i));
+        block_max[b] = m;
+      });
+      double best = value(0);
+      for (std::int64_t b = 0; b < blocks; ++b) best = std::max(best, block_max[b]);
+      const auto weight = [&](std::int64_t i) { return std::exp((value(i) - best) / temperature); };
+      double block_sum[kMaxSampleBlocks];
+      each_block([&](std::int64_t b, std::int64_t begin, std::int64_t end) {
+        double sum = 0;
+        for (std::int64_t i = begin; i < end; ++i) sum += weight(i);
+        block_sum[b] = sum;
+      });
       double total = 0;
-      for (std::int64_t i = 0; i < n; ++i) total += weight(i);
+      for (std::int64_t b = 0; b < blocks; ++b) total += block_sum[b];
       const double target = counter_uniform(seed, offset, row++) * total;
-      std::int64_t pick = 0;  // a NaN total (NaN logits) picks 0
-      double acc = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        const double w = weight(i);
-        acc += w;
-        if (w > 0) pick = i;  // rounding may leave target >= acc: the last possible index
-        if (target < acc) break;
+      // The first block holding the target; within it, the first index
+      // with a positive weight whose running sum (from zero, as the block's
+      // sum was taken) passes it. Rounding may leave the target at or past
+      // the total: then the last index with a positive weight. A NaN total
+      // picks 0.
+      std::int64_t pick = 0;
+      std::int64_t last_positive_block = -1;
+      bool found = false;
+      double before = 0;  // the sums of the blocks before b
+      for (std::int64_t b = 0; b < blocks && !found; ++b) {
+        const std::int64_t begin = b * per, end = std::min(n, (b + 1) * per);
+        if (target - before < block_sum[b]) {
+          double acc = 0;
+          for (std::int64_t i = begin; i < end && !found; ++i) {
+            const double w = weight(i);
+            acc += w;
+            found = w > 0 && target - before < acc;
+            if (found) pick = i;
+          }
+        }
+        if (block_sum[b] > 0) last_positive_block = b;
+        before += block_sum[b];
+      }
+      if (!found && last_positive_block >= 0) {
+        for (std::int64_t i = last_positive_block * per,
+                          end = std::min(n, (last_positive_block + 1) * per);
+             i < end; ++i) {
+          if (weight(i) > 0) pick = i;
+        }
       }
       po[oo] = pick;
     });

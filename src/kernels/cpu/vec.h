@@ -13,8 +13,19 @@
 // Results differ from a sequential loop only in rounding (the kernels' naive
 // reference tests bound it); eager and replay run the same code, so they
 // still agree bitwise.
+//
+// Note [Explicit fma in tails]
+// C++ lets GCC contract a * b + c into one fused multiply-add wherever it
+// likes (-ffp-contract=fast is its default outside ISO C), and it chooses
+// per inlined copy: the scalar tail of dot4x2 was contracted differently from
+// dot4's, so a batched linear's row differed from the same row alone in the
+// last bit. Scalar tails therefore call std::fma, which rounds once
+// whatever the compiler decides; the lane loops are one `acc += v * x` per
+// vector, contracted alike in every copy (tests/ops/threads_test.cpp checks
+// the rows bitwise).
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -55,8 +66,45 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
   }
   const F8 acc = acc0 + acc1;
   float s = SG_LANE_SUM(acc);
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);  // Note [Explicit fma in tails]
   return s;
+}
+
+// dot(a, b0) and dot(a, b1) at once (a read once for both), each bitwise
+// dot's: its own two vectors of partial sums in the same order.
+inline void dot2(const float* a, const float* b0, const float* b1, std::int64_t n, float* out0,
+                 float* out1) {
+  F8 p0 = {}, p1 = {}, q0 = {}, q1 = {};
+  std::int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    F8 a0, a1, u0, u1, v0, v1;
+    std::memcpy(&a0, a + i, sizeof a0);
+    std::memcpy(&a1, a + i + kLanes, sizeof a1);
+    std::memcpy(&u0, b0 + i, sizeof u0);
+    std::memcpy(&u1, b0 + i + kLanes, sizeof u1);
+    std::memcpy(&v0, b1 + i, sizeof v0);
+    std::memcpy(&v1, b1 + i + kLanes, sizeof v1);
+    p0 += a0 * u0;
+    p1 += a1 * u1;
+    q0 += a0 * v0;
+    q1 += a1 * v1;
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    F8 va, u, v;
+    std::memcpy(&va, a + i, sizeof va);
+    std::memcpy(&u, b0 + i, sizeof u);
+    std::memcpy(&v, b1 + i, sizeof v);
+    p0 += va * u;
+    q0 += va * v;
+  }
+  const F8 p = p0 + p1, q = q0 + q1;
+  float s = SG_LANE_SUM(p), t = SG_LANE_SUM(q);
+  for (; i < n; ++i) {
+    s = std::fma(a[i], b0[i], s);
+    t = std::fma(a[i], b1[i], t);
+  }
+  *out0 = s;
+  *out1 = t;
 }
 
 // sum_i x[i], in lanes.
@@ -111,15 +159,64 @@ inline void dot4(const float* w0, std::int64_t ldw, const float* x, std::int64_t
   }
   float s0 = SG_LANE_SUM(a0), s1 = SG_LANE_SUM(a1), s2 = SG_LANE_SUM(a2), s3 = SG_LANE_SUM(a3);
   for (; i < n; ++i) {
-    s0 += w0[i] * x[i];
-    s1 += w1[i] * x[i];
-    s2 += w2[i] * x[i];
-    s3 += w3[i] * x[i];
+    s0 = std::fma(w0[i], x[i], s0);
+    s1 = std::fma(w1[i], x[i], s1);
+    s2 = std::fma(w2[i], x[i], s2);
+    s3 = std::fma(w3[i], x[i], s3);
   }
   out[0] = s0;
   out[1] = s1;
   out[2] = s2;
   out[3] = s3;
+}
+
+// dot4 for two vectors x0 and x1 at once (each weight row read once for
+// both): out0[r] and out1[r] are bitwise dot4's, each pair summed in its own
+// lanes in the same order.
+inline void dot4x2(const float* w0, std::int64_t ldw, const float* x0, const float* x1,
+                   std::int64_t n, float* out0, float* out1) {
+  const float* w1 = w0 + ldw;
+  const float* w2 = w1 + ldw;
+  const float* w3 = w2 + ldw;
+  F8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    F8 vx, vy, v0, v1, v2, v3;
+    std::memcpy(&vx, x0 + i, sizeof vx);
+    std::memcpy(&vy, x1 + i, sizeof vy);
+    std::memcpy(&v0, w0 + i, sizeof v0);
+    std::memcpy(&v1, w1 + i, sizeof v1);
+    std::memcpy(&v2, w2 + i, sizeof v2);
+    std::memcpy(&v3, w3 + i, sizeof v3);
+    a0 += v0 * vx;
+    a1 += v1 * vx;
+    a2 += v2 * vx;
+    a3 += v3 * vx;
+    b0 += v0 * vy;
+    b1 += v1 * vy;
+    b2 += v2 * vy;
+    b3 += v3 * vy;
+  }
+  float s0 = SG_LANE_SUM(a0), s1 = SG_LANE_SUM(a1), s2 = SG_LANE_SUM(a2), s3 = SG_LANE_SUM(a3);
+  float t0 = SG_LANE_SUM(b0), t1 = SG_LANE_SUM(b1), t2 = SG_LANE_SUM(b2), t3 = SG_LANE_SUM(b3);
+  for (; i < n; ++i) {
+    s0 = std::fma(w0[i], x0[i], s0);
+    s1 = std::fma(w1[i], x0[i], s1);
+    s2 = std::fma(w2[i], x0[i], s2);
+    s3 = std::fma(w3[i], x0[i], s3);
+    t0 = std::fma(w0[i], x1[i], t0);
+    t1 = std::fma(w1[i], x1[i], t1);
+    t2 = std::fma(w2[i], x1[i], t2);
+    t3 = std::fma(w3[i], x1[i], t3);
+  }
+  out0[0] = s0;
+  out0[1] = s1;
+  out0[2] = s2;
+  out0[3] = s3;
+  out1[0] = t0;
+  out1[1] = t1;
+  out1[2] = t2;
+  out1[3] = t3;
 }
 
 // out[0..8) = sum_j w[j] * rows[j * stride + 0..8) for j < n: eight columns of
