@@ -50,6 +50,12 @@ enum class RopeStyle : std::int64_t { interleaved = 0, half = 1 };
 SG_API Tensor rope(const Tensor& x, const SymInt& pos0, double theta = 10000.0,
                    RopeStyle style = RopeStyle::interleaved);
 
+// Batched decoding (one row per sequence, each at its own position): rope of
+// x[B, H, D], row b rotated for position pos[b] (pos an i64 tensor [B], read
+// by the kernel, so positions never change a graph key).
+SG_API Tensor rope_rows(const Tensor& x, const Tensor& pos, double theta = 10000.0,
+                        RopeStyle style = RopeStyle::interleaved);
+
 // Rows of weight[V, D] picked by ids[...] (i32 or i64); an id out of range is
 // a sticky kernel error (only the device sees the ids).
 SG_API Tensor embedding(const Tensor& weight, const Tensor& ids);
@@ -79,6 +85,10 @@ SG_API Tensor copy_(const Tensor& dst, const Tensor& src);
 // updatable (a KV-cache position); out of range is a sticky kernel error.
 SG_API Tensor index_copy_(const Tensor& dst, const SymInt& index, const Tensor& src);
 SG_API Tensor fill_(const Tensor& dst, double value);
+// Batched decoding: dst[b, index[b], ...] = src[b, ...] for every row b of
+// dst[B, S, ...] and src[B, ...] (index an i64 tensor [B]); an index outside
+// [0, S) is a sticky kernel error.
+SG_API Tensor index_copy_rows_(const Tensor& dst, const Tensor& index, const Tensor& src);
 
 // Scaled dot-product attention over a KV cache. q[T, Hq, D]; k, v[S, Hkv, D]
 // with Hq a multiple of Hkv (grouped-query: query head h reads kv head
@@ -87,6 +97,15 @@ SG_API Tensor fill_(const Tensor& dst, double value);
 // Returns [T, Hq, D]. scale defaults to 1/sqrt(D) when <= 0.
 SG_API Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt& seq_len,
                         double scale = 0.0);
+
+// Batched decoding: attention of q[B, Hq, D], one query row per sequence,
+// over its own cache k, v [B, S, Hkv, D], row b seeing positions 0 ..
+// pos[b] (pos an i64 tensor [B]; a position outside [0, S) is a sticky
+// kernel error). f32. Each row is computed as attention() computes a
+// one-row query over that row's cache with seq_len = pos[b] + 1, whatever B
+// is. Returns [B, Hq, D]; scale defaults to 1/sqrt(D) when <= 0.
+SG_API Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                             double scale = 0.0);
 
 // Multi-head attention without a mask (an encoder's self or cross
 // attention): q[B, L, E], k and v [B, S, E], `heads` heads of E / heads

@@ -7,6 +7,7 @@ namespace detail {
 
 inline constexpr char kCopy[] = "copy_";
 inline constexpr char kIndexCopy[] = "index_copy_";
+inline constexpr char kIndexCopyRows[] = "index_copy_rows_";
 inline constexpr char kFill[] = "fill_";
 inline constexpr char kFull[] = "full";
 inline constexpr char kArange[] = "arange";
@@ -38,6 +39,27 @@ TensorMeta index_copy_shape(const ShapeArgs& args) {
            *cap);
   const auto index = args.sym(0).maybe_value();
   SG_CHECK(!index || *index >= 0, "index_copy_: index ", *index, " is negative");
+  return dst;
+}
+
+TensorMeta index_copy_rows_shape(const ShapeArgs& args) {
+  const TensorMeta& dst = args.tensors[0];
+  const TensorMeta& index = args.tensors[1];
+  const TensorMeta& src = args.tensors[2];
+  check_same_dtype(dst, src, kIndexCopyRows, "dst", "src");
+  SG_CHECK(dst.shape.size() >= 2 && src.shape.size() + 1 == dst.shape.size(),
+           "index_copy_rows_: dst", shape_str(dst.shape), " must be [B, S, ...] and src",
+           shape_str(src.shape), " [B, ...], one dimension fewer");
+  SG_CHECK(dst.shape[0] == src.shape[0], "index_copy_rows_: dst", shape_str(dst.shape), " and src",
+           shape_str(src.shape), " must have the same rows B");
+  for (int d = 1; d < src.shape.size(); ++d) {
+    SG_CHECK(dst.shape[d + 1] == src.shape[d], "index_copy_rows_: a row of src",
+             shape_str(src.shape), " does not fit a position of dst", shape_str(dst.shape));
+  }
+  SG_CHECK(index.dtype == DType::i64 && index.shape.size() == 1 && index.shape[0] == dst.shape[0],
+           "index_copy_rows_: index", shape_str(index.shape), " has dtype ",
+           dtype_name(index.dtype), "; expected i64 [B], one position per row of dst",
+           shape_str(dst.shape));
   return dst;
 }
 
@@ -74,6 +96,11 @@ void register_memory_ops(OpRegistry& r) {
                              index_copy_shape);
   index_copy.schema.alias_of = 0;
   r.add(std::move(index_copy));
+  OpDef index_copy_rows =
+      make_op(kIndexCopyRows, {{"dst", ArgKind::tensor, false, true}, {"index"}, {"src"}},
+              index_copy_rows_shape);
+  index_copy_rows.schema.alias_of = 0;
+  r.add(std::move(index_copy_rows));
   OpDef fill =
       make_op(kFill, {{"dst", ArgKind::tensor, false, true}, {"value", ArgKind::real}}, fill_shape);
   fill.schema.alias_of = 0;
@@ -97,6 +124,10 @@ Tensor copy_(const Tensor& dst, const Tensor& src) {
 
 Tensor index_copy_(const Tensor& dst, const SymInt& index, const Tensor& src) {
   return call(op_def<detail::kIndexCopy>(), {&dst, &src}, {index});
+}
+
+Tensor index_copy_rows_(const Tensor& dst, const Tensor& index, const Tensor& src) {
+  return call(op_def<detail::kIndexCopyRows>(), {&dst, &index, &src});
 }
 
 Tensor fill_(const Tensor& dst, double value) {

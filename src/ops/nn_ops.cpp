@@ -15,6 +15,8 @@ inline constexpr char kLayerNorm[] = "layer_norm";
 inline constexpr char kRope[] = "rope";
 inline constexpr char kEmbedding[] = "embedding";
 inline constexpr char kAttention[] = "attention";
+inline constexpr char kRopeRows[] = "rope_rows";
+inline constexpr char kAttentionRows[] = "attention_rows";
 inline constexpr char kSdpa[] = "sdpa";
 inline constexpr char kArgmax[] = "argmax";
 inline constexpr char kSample[] = "sample";
@@ -96,6 +98,53 @@ TensorMeta rope_shape(const ShapeArgs& args) {
   SG_CHECK(style == 0 || style == 1, "rope: style must be 0 (interleaved) or 1 (half), got ",
            style);
   return x;
+}
+
+// pos[B] of a batched operator: i64, one per row of `rows` (dimension 0).
+void check_row_positions(const TensorMeta& pos, const TensorMeta& rows, const char* op,
+                         const char* rows_name) {
+  SG_CHECK(pos.dtype == DType::i64 && pos.shape.size() == 1, op, ": pos", shape_str(pos.shape),
+           " has dtype ", dtype_name(pos.dtype), "; expected i64 [B], one position per row");
+  SG_CHECK(pos.shape[0] == rows.shape[0], op, ": pos", shape_str(pos.shape), " must hold one ",
+           "position per row of ", rows_name, shape_str(rows.shape));
+}
+
+TensorMeta rope_rows_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  check_floating(x, kRopeRows, "x");
+  check_rank(x, 3, kRopeRows, "x");
+  check_row_positions(args.tensors[1], x, kRopeRows, "x");
+  const auto d = x.shape[2].maybe_value();
+  SG_CHECK(!d || *d % 2 == 0, "rope_rows: head size ", x.shape[2].str(), " of x",
+           shape_str(x.shape), " must be even");
+  SG_CHECK(args.real(0) > 0.0, "rope_rows: theta must be > 0, got ", args.real(0));
+  const std::int64_t style = args.integer(1);
+  SG_CHECK(style == 0 || style == 1, "rope_rows: style must be 0 (interleaved) or 1 (half), got ",
+           style);
+  return x;
+}
+
+TensorMeta attention_rows_shape(const ShapeArgs& args) {
+  const TensorMeta& q = args.tensors[0];
+  const TensorMeta& k = args.tensors[1];
+  const TensorMeta& v = args.tensors[2];
+  SG_CHECK(q.dtype == DType::f32 && k.dtype == DType::f32 && v.dtype == DType::f32,
+           "attention_rows: q, k and v must be f32, got ", dtype_name(q.dtype), ", ",
+           dtype_name(k.dtype), " and ", dtype_name(v.dtype));
+  check_rank(q, 3, kAttentionRows, "q");
+  check_rank(k, 4, kAttentionRows, "k");
+  check_rank(v, 4, kAttentionRows, "v");
+  SG_CHECK(k.shape == v.shape, "attention_rows: k", shape_str(k.shape), " and v",
+           shape_str(v.shape), " must have the same shape [B, S, Hkv, D]");
+  SG_CHECK(q.shape[0] == k.shape[0] && q.shape[2] == k.shape[3], "attention_rows: q",
+           shape_str(q.shape), " and k", shape_str(k.shape),
+           " must agree on the rows and the head size ([B, Hq, D] and [B, S, Hkv, D])");
+  const auto hq = q.shape[1].maybe_value();
+  const auto hkv = k.shape[2].maybe_value();
+  SG_CHECK(!hq || !hkv || (*hkv > 0 && *hq % *hkv == 0), "attention_rows: q has ", q.shape[1].str(),
+           " heads, not a multiple of k's ", k.shape[2].str(), " kv heads");
+  check_row_positions(args.tensors[3], q, kAttentionRows, "q");
+  return q;
 }
 
 TensorMeta embedding_shape(const ShapeArgs& args) {
@@ -196,6 +245,8 @@ void register_nn_ops(OpRegistry& r) {
                  {"theta", ArgKind::real},
                  {"style", ArgKind::integer}},
                 rope_shape));
+  r.add(make_op(kRopeRows, {x, {"pos"}, {"theta", ArgKind::real}, {"style", ArgKind::integer}},
+                rope_rows_shape));
   r.add(make_op(kEmbedding, {{"weight"}, {"ids"}}, embedding_shape));
   r.add(make_op(kAttention,
                 {{"q"},
@@ -204,6 +255,8 @@ void register_nn_ops(OpRegistry& r) {
                  {"seq_len", ArgKind::integer, /*updatable=*/true},
                  {"scale", ArgKind::real}},
                 attention_shape));
+  r.add(make_op(kAttentionRows, {{"q"}, {"k"}, {"v"}, {"pos"}, {"scale", ArgKind::real}},
+                attention_rows_shape));
   r.add(make_op(kSdpa, {{"q"}, {"k"}, {"v"}, {"heads", ArgKind::integer}, {"scale", ArgKind::real}},
                 sdpa_shape));
   r.add(make_op(kArgmax, {x}, argmax_shape));
@@ -239,6 +292,10 @@ Tensor rope(const Tensor& x, const SymInt& pos0, double theta, RopeStyle style) 
   return call(op_def<detail::kRope>(), {&x},
               {pos0, theta, SymInt(static_cast<std::int64_t>(style))});
 }
+Tensor rope_rows(const Tensor& x, const Tensor& pos, double theta, RopeStyle style) {
+  return call(op_def<detail::kRopeRows>(), {&x, &pos},
+              {theta, SymInt(static_cast<std::int64_t>(style))});
+}
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return call(op_def<detail::kEmbedding>(), {&weight, &ids});
 }
@@ -246,6 +303,11 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const SymInt
                  double scale) {
   if (scale <= 0.0 && q.ndim() == 3) scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   return call(op_def<detail::kAttention>(), {&q, &k, &v}, {seq_len, scale});
+}
+Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                      double scale) {
+  if (scale <= 0.0 && q.ndim() == 3) scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  return call(op_def<detail::kAttentionRows>(), {&q, &k, &v, &pos}, {scale});
 }
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, double scale) {
   return call(op_def<detail::kSdpa>(), {&q, &k, &v}, {SymInt(heads), scale});

@@ -1,6 +1,7 @@
 // reduce-overhead: capture once per graph key, replay with one launch.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <functional>
 #include <set>
 #include <thread>
@@ -93,6 +94,60 @@ TEST(compiler_capture, decode_graph_with_an_updatable_position_captures_once) {
   EXPECT_EQ(fn->counters().captured, 1);
   EXPECT_EQ(fn->counters().replayed, 100);
   EXPECT_NE(fn->explain(true).find("updatable pos"), std::string::npos) << fn->explain(true);
+}
+
+// Batched decoding's operators take each row's position as an i64 tensor:
+// a graph input copied into its static buffer per replay, so positions
+// that differ per row and per step never re-capture, in reduce-overhead and
+// max-autotune (where they run their kernels between generated regions).
+TEST(compiler_capture, batched_decode_positions_are_tensor_inputs_and_never_recapture) {
+  constexpr std::int64_t kRows = 3, kHeads = 4, kHead = 8, kCache = 12;
+  const sg::Tensor wq = sgtest::random_tensor({kHeads * kHead, 32}, 3);
+  const sg::Tensor wk = sgtest::random_tensor({kHeads * kHead, 32}, 4);
+  const auto block = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    namespace o = sg::ops;
+    const auto& x = std::get<sg::Tensor>(a[0]);    // [B, 32]
+    const auto& pos = std::get<sg::Tensor>(a[1]);  // [B] i64
+    const auto& kc = std::get<sg::Tensor>(a[2]);   // [B, S, H, D]
+    const auto& vc = std::get<sg::Tensor>(a[3]);
+    const sg::SymShape heads{kRows, kHeads, kHead};
+    const sg::Tensor q = o::rope_rows(o::view(o::linear(x, wq), heads), pos);
+    const sg::Tensor k = o::rope_rows(o::view(o::linear(x, wk), heads), pos);
+    o::index_copy_rows_(kc, pos, k);
+    o::index_copy_rows_(vc, pos, o::view(o::linear(x, wq), heads));
+    return {o::silu(o::attention_rows(q, kc, vc, pos))};
+  };
+  for (const sg::Mode mode : {sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    sg::CompilerConfig config = reduce_overhead();
+    config.mode = mode;
+    sg::TraceOptions options;
+    options.graph_name = "batched_decode";
+    auto fn = sg::compile(block, sg::get_backend(config), options);
+    const sg::Tensor kc = sg::ops::zeros({kRows, kCache, kHeads, kHead}),
+                     vc = sg::ops::zeros({kRows, kCache, kHeads, kHead});
+    const sg::Tensor kc_e = sg::ops::zeros({kRows, kCache, kHeads, kHead}),
+                     vc_e = sg::ops::zeros({kRows, kCache, kHeads, kHead});
+    for (std::int64_t step = 0; step < 10; ++step) {
+      // Rows at different positions, each advancing; row 1 starts late.
+      const sg::Tensor pos =
+          sg::Tensor::from_ints({step, std::max<std::int64_t>(step - 4, 0), step + 2}, {kRows});
+      const sg::Tensor x =
+          sgtest::random_tensor({kRows, 32}, 500 + static_cast<std::uint32_t>(step));
+      const auto got = (*fn)({x, pos, kc, vc})[0].to_floats();
+      const auto want = block(std::vector<sg::Arg>{x, pos, kc_e, vc_e})[0].to_floats();
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        // reduce-overhead runs the eager kernels (bitwise); max-autotune's
+        // generated linears round differently (Note [Generated code and
+        // float rounding]).
+        const float tol = mode == sg::Mode::reduce_overhead ? 0.0F : 1e-4F;
+        ASSERT_LE(std::fabs(got[i] - want[i]), tol * (1.0F + std::fabs(want[i])))
+            << "step " << step << ", element " << i;
+      }
+    }
+    EXPECT_EQ(fn->counters().captured, 1) << fn->explain();
+    EXPECT_EQ(fn->counters().replayed, 10);
+  }
 }
 
 TEST(compiler_capture, sampling_offset_is_patched_per_replay) {

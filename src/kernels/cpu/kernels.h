@@ -34,6 +34,7 @@ void fill(const ArgBlock& args, KernelContext& ctx);        // tensors (dst); sc
 void arange(const ArgBlock& args, KernelContext& ctx);      // tensors (out); scalars (n: i)
 void index_copy(const ArgBlock& args,
                 KernelContext& ctx);  // tensors (dst, src); scalars (index: i)
+void index_copy_rows(const ArgBlock& args, KernelContext& ctx);  // (dst, index, src, out)
 
 // Linear algebra through OpenBLAS: tensors (a, b, out); linear is (x, w, out).
 void matmul(const ArgBlock& args, KernelContext& ctx);
@@ -48,9 +49,11 @@ void sample(const ArgBlock& args, KernelContext& ctx);      // (x, out; temperat
 
 // Transformer pieces.
 void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, theta: f, style: i)
+void rope_rows(const ArgBlock& args, KernelContext& ctx);  // (x, pos, out); (theta: f, style: i)
 void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
-void sdpa(const ArgBlock& args, KernelContext& ctx);       // (q, k, v, out); (heads: i, scale: f)
+void attention_rows(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, pos, out); (scale: f)
+void sdpa(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (heads: i, scale: f)
 
 // Vision (NCHW): conv2d (x, w, b, out); (stride_h, stride_w, pad_h, pad_w,
 // dil_h, dil_w, groups, activation: i). batch_norm (x, mean, var, weight,

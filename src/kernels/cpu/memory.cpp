@@ -105,4 +105,32 @@ void index_copy(const ArgBlock& args, KernelContext& ctx) {
   strided_copy(window, src);
 }
 
+// dst[b, index[b], ...] = src[b, ...] for each row b.
+void index_copy_rows(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& dst = args.tensors[0];
+  const TensorArg& index = args.tensors[1];
+  const TensorArg& src = args.tensors[2];
+  const std::int64_t rows = dst.sizes[0], cap = dst.sizes[1];
+  const auto* pi = index.ptr<std::int64_t>();
+  for (std::int64_t b = 0; b < rows; ++b) {
+    const std::int64_t i = pi[b * index.strides[0]];
+    if (i < 0 || i >= cap) {
+      ctx.fail("index " + std::to_string(i) + " of row " + std::to_string(b) +
+               " is out of range for a destination of " + std::to_string(cap) +
+               " positions (expected 0 <= index < " + std::to_string(cap) + ")");
+      return;
+    }
+  }
+  for (std::int64_t b = 0; b < rows; ++b) {
+    // dst[b, index[b]] and src[b], each seen as the row's own tensor.
+    TensorArg to = src, from = src;
+    to.data = dst.data;
+    to.offset = dst.offset + b * dst.strides[0] + pi[b * index.strides[0]] * dst.strides[1];
+    from.offset = src.offset + b * src.strides[0];
+    to.sizes[0] = from.sizes[0] = 1;
+    for (int d = 1; d < src.ndim; ++d) to.strides[d] = dst.strides[d + 1];
+    strided_copy(to, from);
+  }
+}
+
 }  // namespace sinkgraph::kernels::cpu

@@ -87,9 +87,53 @@ void embedding(const ArgBlock& args, KernelContext& ctx) {
 
 namespace {
 
-// Attention over f32 rows with unit-stride head dims (the decode case), with
-// the inner loops vectorized (Note [Vectorized inner loops]): the same
-// algorithm as the generic path below, summed in lanes.
+// One query row of one head against `visible` cached positions, f32 rows
+// with unit-stride head dims (the decode case), the inner loops vectorized
+// (Note [Vectorized inner loops]): scores q.k * scale, a max-subtracted
+// softmax, then the weighted sum of v rows, as the generic path computes
+// it, summed in lanes. `scores` holds `visible` floats, `acc` d. attention
+// and attention_rows both call this, so a batched row is bitwise the row
+// computed alone.
+void attend_row_f32(const float* qrow, const float* kbase, std::int64_t kstride, const float* vbase,
+                    std::int64_t vstride, std::int64_t visible, std::int64_t d, float scale,
+                    float* scores, float* acc, float* orow) {
+  float mx = -std::numeric_limits<float>::infinity();
+  std::int64_t done = 0;  // positions scored eight at a time
+  if (d % vec::kLanes == 0) {
+    for (; done + vec::kLanes <= visible; done += vec::kLanes) {
+      vec::dot_8rows(qrow, kbase + done * kstride, kstride, d, scores + done);
+    }
+    for (std::int64_t i = 0; i < done; ++i) {
+      scores[i] *= scale;
+      mx = std::max(mx, scores[i]);
+    }
+  }
+  for (std::int64_t i = done; i < visible; ++i) {
+    const float s = vec::dot(qrow, kbase + i * kstride, d) * scale;
+    scores[i] = s;
+    mx = std::max(mx, s);
+  }
+  for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
+  const float sum = vec::sum(scores, visible);
+  if (d % vec::kLanes == 0) {
+    // Eight columns at a time over all rows, accumulated in registers.
+    for (std::int64_t c = 0; c < d; c += vec::kLanes) {
+      vec::weighted_sum_8cols(scores, vbase + c, vstride, visible, acc + c);
+    }
+  } else {
+    std::fill(acc, acc + d, 0.0F);
+    for (std::int64_t j = 0; j < visible; ++j) {
+      const float* vrow = vbase + j * vstride;
+      const float w = scores[j];
+      for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
+    }
+  }
+  const float inv = 1.0F / sum;
+  for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
+}
+
+// Attention over f32 rows with unit-stride head dims: one task per (query
+// row, head), each attend_row_f32.
 void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, const TensorArg& o,
                    std::int64_t seq_len, float scale, std::int64_t group, KernelContext& ctx) {
   const std::int64_t t_len = q.sizes[0], hq = q.sizes[1], d = q.sizes[2];
@@ -98,56 +142,20 @@ void attention_f32(const TensorArg& q, const TensorArg& k, const TensorArg& v, c
   const auto* pk = k.ptr<float>();
   const auto* pv = v.ptr<float>();
   auto* po = o.ptr<float>();
-  parallel_for(
-      ctx, t_len * hq, grain_for(2 * seq_len * d), [&](std::int64_t begin, std::int64_t end) {
-        thread_local std::vector<float> scratch;
-        scratch.resize(static_cast<std::size_t>(cache + d));
-        float* scores = scratch.data();
-        float* acc = scores + cache;
-        for (std::int64_t task = begin; task < end; ++task) {
-          const std::int64_t t = task / hq;
-          const std::int64_t h = task % hq;
-          const std::int64_t visible = seq_len - t_len + t + 1;
-          const std::int64_t kvh = h / group;
-          const float* qrow = pq + t * q.strides[0] + h * q.strides[1];
-          const float* kbase = pk + kvh * k.strides[1];
-          float mx = -std::numeric_limits<float>::infinity();
-          std::int64_t done = 0;  // positions scored eight at a time
-          if (d % vec::kLanes == 0) {
-            for (; done + vec::kLanes <= visible; done += vec::kLanes) {
-              vec::dot_8rows(qrow, kbase + done * k.strides[0], k.strides[0], d, scores + done);
-            }
-            for (std::int64_t i = 0; i < done; ++i) {
-              scores[i] *= scale;
-              mx = std::max(mx, scores[i]);
-            }
-          }
-          for (std::int64_t i = done; i < visible; ++i) {
-            const float s = vec::dot(qrow, kbase + i * k.strides[0], d) * scale;
-            scores[i] = s;
-            mx = std::max(mx, s);
-          }
-          for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
-          const float sum = vec::sum(scores, visible);
-          const float* vbase = pv + kvh * v.strides[1];
-          if (d % vec::kLanes == 0) {
-            // Eight columns at a time over all rows, accumulated in registers.
-            for (std::int64_t c = 0; c < d; c += vec::kLanes) {
-              vec::weighted_sum_8cols(scores, vbase + c, v.strides[0], visible, acc + c);
-            }
-          } else {
-            std::fill(acc, acc + d, 0.0F);
-            for (std::int64_t j = 0; j < visible; ++j) {
-              const float* vrow = vbase + j * v.strides[0];
-              const float w = scores[j];
-              for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
-            }
-          }
-          const float inv = 1.0F / sum;
-          float* orow = po + t * o.strides[0] + h * o.strides[1];
-          for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
-        }
-      });
+  parallel_for(ctx, t_len * hq, grain_for(2 * seq_len * d),
+               [&](std::int64_t begin, std::int64_t end) {
+                 thread_local std::vector<float> scratch;
+                 scratch.resize(static_cast<std::size_t>(cache + d));
+                 for (std::int64_t task = begin; task < end; ++task) {
+                   const std::int64_t t = task / hq;
+                   const std::int64_t h = task % hq;
+                   const std::int64_t kvh = h / group;
+                   attend_row_f32(pq + t * q.strides[0] + h * q.strides[1], pk + kvh * k.strides[1],
+                                  k.strides[0], pv + kvh * v.strides[1], v.strides[0],
+                                  seq_len - t_len + t + 1, d, scale, scratch.data(),
+                                  scratch.data() + cache, po + t * o.strides[0] + h * o.strides[1]);
+                 }
+               });
 }
 
 }  // namespace
@@ -231,6 +239,97 @@ void attention(const ArgBlock& args, KernelContext& ctx) {
             for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c] * inv);
           }
         });
+  });
+}
+
+// Batched decode attention: row b of q[B, Hq, D] against its own cache
+// k, v[B, S, Hkv, D], positions 0 .. pos[b]. One task per (row, head), each
+// attend_row_f32 as attention() runs it for a one-row query; split across
+// the compute threads by tasks. Head dims must be unit-stride (checked: a
+// view that is not is a kernel error naming the fix).
+void attention_rows(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& q = args.tensors[0];
+  const TensorArg& k = args.tensors[1];
+  const TensorArg& v = args.tensors[2];
+  const TensorArg& pos = args.tensors[3];
+  const TensorArg& o = args.tensors[4];
+  const auto scale = static_cast<float>(args.scalars[0].f);
+  const std::int64_t rows = q.sizes[0], hq = q.sizes[1], d = q.sizes[2];
+  const std::int64_t cache = k.sizes[1], hkv = k.sizes[2];
+  if (q.strides[2] != 1 || k.strides[3] != 1 || v.strides[3] != 1 || o.strides[2] != 1) {
+    ctx.fail(
+        "the head dimension of q, k and v must be contiguous (stride 1); call contiguous() "
+        "on a transposed view first");
+    return;
+  }
+  const auto* pp = pos.ptr<std::int64_t>();
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < rows; ++b) {
+    const std::int64_t p = pp[b * pos.strides[0]];
+    if (p < 0 || p >= cache) {
+      ctx.fail("position " + std::to_string(p) + " of row " + std::to_string(b) +
+               " is out of range for a cache of " + std::to_string(cache) +
+               " positions (expected 0 <= pos < " + std::to_string(cache) + ")");
+      return;
+    }
+    longest = std::max(longest, p + 1);
+  }
+  const std::int64_t group = hq / hkv;
+  const auto* pq = q.ptr<float>();
+  const auto* pk = k.ptr<float>();
+  const auto* pv = v.ptr<float>();
+  auto* po = o.ptr<float>();
+  parallel_for(ctx, rows * hq, grain_for(2 * longest * d),
+               [&](std::int64_t begin, std::int64_t end) {
+                 thread_local std::vector<float> scratch;
+                 scratch.resize(static_cast<std::size_t>(cache + d));
+                 for (std::int64_t task = begin; task < end; ++task) {
+                   const std::int64_t b = task / hq;
+                   const std::int64_t h = task % hq;
+                   const std::int64_t kvh = h / group;
+                   attend_row_f32(pq + b * q.strides[0] + h * q.strides[1],
+                                  pk + b * k.strides[0] + kvh * k.strides[2], k.strides[1],
+                                  pv + b * v.strides[0] + kvh * v.strides[2], v.strides[1],
+                                  pp[b * pos.strides[0]] + 1, d, scale, scratch.data(),
+                                  scratch.data() + cache, po + b * o.strides[0] + h * o.strides[1]);
+                 }
+               });
+}
+
+// Batched decode rope: row b of x[B, H, D] rotated for position pos[b], as
+// rope() rotates a row at pos0 = pos[b].
+void rope_rows(const ArgBlock& args, KernelContext&) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& pos = args.tensors[1];
+  const TensorArg& o = args.tensors[2];
+  const auto theta = static_cast<float>(args.scalars[0].f);
+  const bool half = args.scalars[1].i == 1;
+  const std::int64_t rows = x.sizes[0], heads = x.sizes[1], d = x.sizes[2];
+  const std::int64_t pairs = d / 2;
+  const auto* pp = pos.ptr<std::int64_t>();
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data) + x.offset;
+    T* po = static_cast<T*>(o.data) + o.offset;
+    for (std::int64_t b = 0; b < rows; ++b) {
+      const auto p = static_cast<float>(pp[b * pos.strides[0]]);
+      for (std::int64_t i = 0; i < pairs; ++i) {
+        const float freq =
+            1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+        const float angle = p * freq;
+        const float c = std::cos(angle);
+        const float s = std::sin(angle);
+        const std::int64_t i0 = half ? i : 2 * i;
+        const std::int64_t i1 = half ? i + pairs : 2 * i + 1;
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const T* xr = px + b * x.strides[0] + h * x.strides[1];
+          T* orow = po + b * o.strides[0] + h * o.strides[1];
+          const float a = load(xr + i0 * x.strides[2]);
+          const float bb = load(xr + i1 * x.strides[2]);
+          store(orow + i0 * o.strides[2], a * c - bb * s);
+          store(orow + i1 * o.strides[2], a * s + bb * c);
+        }
+      }
+    }
   });
 }
 

@@ -36,6 +36,7 @@ void register_cpu_kernels(OpRegistry& r) {
       // Memory.
       {"copy_", k::copy},
       {"index_copy_", k::index_copy},
+      {"index_copy_rows_", k::index_copy_rows},
       {"fill_", k::fill},
       {"full", k::fill},
       {"arange", k::arange},
@@ -47,8 +48,10 @@ void register_cpu_kernels(OpRegistry& r) {
       {"rms_norm", k::rms_norm},
       {"layer_norm", k::layer_norm},
       {"rope", k::rope},
+      {"rope_rows", k::rope_rows},
       {"embedding", k::embedding},
       {"attention", k::attention},
+      {"attention_rows", k::attention_rows},
       {"sdpa", k::sdpa},
       {"argmax", k::argmax},
       {"sample", k::sample},
