@@ -76,6 +76,20 @@ class SG_API LlamaModel {
   [[nodiscard]] Tensor new_kv_cache(std::int64_t positions) const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).
   [[nodiscard]] TracedFn as_function() const;
+  // Batched decoding (Note [Batched decoding] in llama.cpp): one decode step
+  // for B sequences, row b the token tokens[b] (i64 [B]) of the sequence in
+  // KV slot b at position pos[b] (i64 [B]), writing that slot's cache in
+  // place; returns logits [B, vocab]. The cache has one slot per sequence
+  // (new_batched_kv_cache), B <= slots; rows are independent, and each row's
+  // logits are bitwise what the same sequence gets as a batch of one.
+  [[nodiscard]] Tensor forward_batched(const Tensor& tokens, const Tensor& pos,
+                                       const Tensor& kv_cache) const;
+  // A zeroed batched KV cache: [slots, n_layers, 2, positions, n_kv_heads,
+  // head_size].
+  [[nodiscard]] Tensor new_batched_kv_cache(std::int64_t slots, std::int64_t positions) const;
+  // forward_batched() as a TracedFn over (tokens, pos, kv_cache), all tensors:
+  // one graph key per batch size B, whatever the positions.
+  [[nodiscard]] TracedFn as_batched_function() const;
   // Every weight by its checkpoint name ("layers.0.attention.wq.weight"), as
   // the tensors the model holds: compile() guards each traced param on them
   // (TraceOptions::parameters).

@@ -127,6 +127,69 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
   return ops::linear(x, weights_.output);  // [P, vocab]
 }
 
+// Note [Batched decoding]
+// One decode step for B sequences at once (vLLM's decode batch): row b of
+// every activation is sequence b, at its own position pos[b], with its own
+// KV slot b. Positions are an i64 tensor, a graph input, so one captured
+// graph per batch size serves every mix of positions; the batch size is a
+// shape, so each bucket is its own graph key. A row's result never depends
+// on the others (batch invariance): the products are linear's rows kernel
+// (Note [Rows of a linear]), rope_rows and attention_rows compute a row as
+// rope and attention do for one sequence, and norms and elementwise work
+// row by row, so a sequence's logits are bitwise the same alone or batched.
+Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
+                                   const Tensor& kv_cache) const {
+  const LlamaConfig& c = config_;
+  SG_CHECK(tokens.ndim() == 1 && kv_cache.ndim() == 6, "llama: forward_batched takes tokens [B] ",
+           "and a batched KV cache [slots, layers, 2, positions, kv heads, head size]; got tokens",
+           shape_str(tokens.sym_shape()), " and a cache", shape_str(kv_cache.sym_shape()));
+  const SymInt b = tokens.sym_size(0);
+  const std::int64_t d = c.head_size();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const Tensor slots = ops::narrow(kv_cache, 0, 0, b);         // the first B slots
+  Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [B, dim]
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
+    Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
+    Tensor q = ops::view(ops::linear(h, w.wq), {b, c.n_heads, d});
+    Tensor k = ops::view(ops::linear(h, w.wk), {b, c.n_kv_heads, d});
+    const Tensor v = ops::view(ops::linear(h, w.wv), {b, c.n_kv_heads, d});
+    q = ops::rope_rows(q, pos, c.rope_theta, c.rope_style);
+    k = ops::rope_rows(k, pos, c.rope_theta, c.rope_style);
+    // [B, 2, S, Hkv, D], then k and v [B, S, Hkv, D]: strided views of the
+    // slots (squeeze keeps strides, where view needs contiguous memory).
+    const Tensor layer = ops::squeeze(ops::narrow(slots, 1, l, 1), 1);
+    const Tensor k_cache = ops::squeeze(ops::narrow(layer, 1, 0, 1), 1);
+    const Tensor v_cache = ops::squeeze(ops::narrow(layer, 1, 1, 1), 1);
+    ops::index_copy_rows_(k_cache, pos, k);
+    ops::index_copy_rows_(v_cache, pos, v);
+    const Tensor a = ops::attention_rows(q, k_cache, v_cache, pos, scale);
+    x = ops::add(x, ops::linear(ops::view(a, {b, c.dim}), w.wo));
+    h = ops::rms_norm(x, w.ffn_norm, c.norm_eps);
+    const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
+    x = ops::add(x, ops::linear(gate, w.w2));
+  }
+  x = ops::rms_norm(x, weights_.norm, c.norm_eps);
+  return ops::linear(x, weights_.output);  // [B, vocab]
+}
+
+Tensor LlamaModel::new_batched_kv_cache(std::int64_t slots, std::int64_t positions) const {
+  const LlamaConfig& c = config_;
+  SG_CHECK(slots >= 1, "new_batched_kv_cache: ", slots, " slots; at least one is needed");
+  SG_CHECK(positions >= 1 && positions <= c.max_seq_len, "new_batched_kv_cache: ", positions,
+           " positions; the model takes 1 to max_seq_len = ", c.max_seq_len);
+  return ops::zeros({slots, c.n_layers, 2, positions, c.n_kv_heads, c.head_size()});
+}
+
+TracedFn LlamaModel::as_batched_function() const {
+  return [this](std::span<const Arg> args) -> std::vector<Tensor> {
+    SG_CHECK(args.size() == 3, "llama: expected (tokens, pos, kv_cache), got ", args.size(),
+             " arguments");
+    return {forward_batched(std::get<Tensor>(args[0]), std::get<Tensor>(args[1]),
+                            std::get<Tensor>(args[2]))};
+  };
+}
+
 Tensor LlamaModel::new_kv_cache() const { return new_kv_cache(config_.max_seq_len); }
 
 Tensor LlamaModel::new_kv_cache(std::int64_t positions) const {

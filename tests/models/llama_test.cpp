@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include "generate.h"
+#include "sinkgraph/compiler.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/ops.h"
 #include "test_files.h"
 
 namespace {
@@ -206,6 +208,73 @@ TEST(models_llama, eager_and_reduce_overhead_logits_are_bitwise_equal_and_decode
   EXPECT_EQ(graph.decode_counters.replayed, 199);
   EXPECT_EQ(graph.prefill_counters.captured, 1);
   EXPECT_EQ(eager.decode_counters.captured, 0);
+}
+
+// Batched decoding (Note [Batched decoding]): four sequences with prompts of
+// different lengths share one decode step, each row at its own position
+// (rows still in their prompt feed it a token a step), and each sequence's
+// greedy ids equal its ids decoded alone by generate(), in every mode; the
+// graph modes capture the step once for all positions. A finished row keeps
+// running as padding at position 0 of its own slot.
+TEST(models_llama, batched_rows_decode_each_sequence_as_alone_in_every_mode) {
+  SKIP_WITHOUT_SHARED();
+  const std::vector<std::vector<std::int64_t>> prompts = {
+      {1}, {1, 403, 2}, {1, 7, 8, 9, 10}, {1, 50}};
+  const std::int64_t steps = 30, rows = 4;
+  const sg::models::LlamaModel& model = stories();
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    const sg::TracedFn fn = model.as_batched_function();
+    std::shared_ptr<sg::CompiledFunction> compiled;
+    if (mode != sg::Mode::eager) {
+      sg::CompilerConfig config;
+      config.mode = mode;
+      config.frozen_parameter = mode == sg::Mode::max_autotune;
+      sg::TraceOptions options;
+      options.graph_name = "decode_batched";
+      options.parameters = [&model] { return model.named_parameters(); };
+      compiled = sg::compile(fn, sg::get_backend(config), options);
+    }
+    const sg::Tensor kv = model.new_batched_kv_cache(rows, 64);
+    std::vector<std::int64_t> fed(rows, 0);  // tokens consumed per row
+    std::vector<std::vector<std::int64_t>> ids(rows);
+    const auto done = [&](std::size_t b) {
+      return static_cast<std::int64_t>(ids[b].size()) >= steps;
+    };
+    while (true) {
+      bool all_done = true;
+      std::vector<std::int64_t> tokens(rows), pos(rows);
+      for (std::size_t b = 0; b < rows; ++b) {
+        if (done(b)) {  // padding
+          tokens[b] = 0, pos[b] = 0;
+          continue;
+        }
+        all_done = false;
+        const auto p = static_cast<std::int64_t>(prompts[b].size());
+        tokens[b] = fed[b] < p ? prompts[b][static_cast<std::size_t>(fed[b])] : ids[b].back();
+        pos[b] = fed[b];
+      }
+      if (all_done) break;
+      const std::vector<sg::Arg> args{sg::Tensor::from_ints(tokens, {rows}),
+                                      sg::Tensor::from_ints(pos, {rows}), kv};
+      const sg::Tensor logits = compiled ? (*compiled)(args)[0] : fn(args)[0];
+      const std::vector<std::int64_t> next = sg::ops::argmax(logits).to_ints();
+      for (std::size_t b = 0; b < rows; ++b) {
+        if (done(b)) continue;
+        ++fed[b];
+        // The step that fed the prompt's last token (or a generated one) yields an id.
+        if (fed[b] >= static_cast<std::int64_t>(prompts[b].size())) ids[b].push_back(next[b]);
+      }
+    }
+    for (std::size_t b = 0; b < rows; ++b) {
+      auto o = greedy(steps, mode);
+      o.prompt = prompts[b];
+      EXPECT_EQ(ids[b], sg::tools::generate(model, o).ids)
+          << sg::mode_name(mode) << ", sequence " << b;
+    }
+    if (compiled) {
+      EXPECT_EQ(compiled->counters().captured, 1) << sg::mode_name(mode);
+    }
+  }
 }
 
 TEST(models_llama, prompt_plus_steps_beyond_seq_len_is_refused_before_any_work) {
