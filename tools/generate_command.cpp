@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include "batch_generate.h"
 #include "commands.h"
 #include "default_model.h"
 #include "generate.h"
@@ -35,9 +36,15 @@ struct CliOptions {
   bool stream = false;
   std::string trace;
   std::optional<int> threads;
+  std::string prompts_file;
+  std::int64_t max_batch = 16;
+  std::string capture_sizes;  // "1,2,4"; empty: the default buckets
+  CLI::Option* prompt_ids_option = nullptr;
 };
 
-std::vector<std::int64_t> parse_ids(const std::string& text) {
+// Space-separated token ids; `where` names the text in messages.
+std::vector<std::int64_t> parse_ids(const std::string& text,
+                                    const std::string& where = "--prompt-ids") {
   std::vector<std::int64_t> ids;
   std::istringstream in(text);
   std::string word;
@@ -49,12 +56,42 @@ std::vector<std::int64_t> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    SG_CHECK(used == word.size() && used > 0, "--prompt-ids: '", word,
-             "' is not an integer token id");
+    SG_CHECK(used == word.size() && used > 0, where, ": '", word, "' is not an integer token id");
     ids.push_back(v);
   }
-  SG_CHECK(!ids.empty(), "--prompt-ids: expected at least one token id");
+  SG_CHECK(!ids.empty(), where, ": expected at least one token id");
   return ids;
+}
+
+// --prompts-file: one prompt per line, space-separated ids; a final newline
+// is fine, an empty line in between is an error naming it.
+std::vector<std::vector<std::int64_t>> read_prompts(const std::string& path) {
+  const std::string text = read_text_file(path, std::uint64_t{64} << 20, "--prompts-file");
+  std::vector<std::vector<std::int64_t>> prompts;
+  std::istringstream in(text);
+  std::string line;
+  std::size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    prompts.push_back(parse_ids(line, fmt::format("--prompts-file {} line {}", path, number)));
+  }
+  SG_CHECK(!prompts.empty(), "--prompts-file ", path, ": the file has no prompts");
+  return prompts;
+}
+
+std::vector<std::int64_t> parse_sizes(const std::string& text) {
+  std::vector<std::int64_t> sizes;
+  std::istringstream in(text);
+  std::string word;
+  while (std::getline(in, word, ',')) {
+    std::int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
+    SG_CHECK(!word.empty() && ec == std::errc() && ptr == word.data() + word.size() && v >= 1,
+             "--capture-sizes: '", word, "' is not a batch size >= 1 (expected e.g. 1,2,4,8)");
+    sizes.push_back(v);
+  }
+  SG_CHECK(!sizes.empty(), "--capture-sizes: expected sizes such as 1,2,4,8");
+  return sizes;
 }
 
 // An unsigned 64-bit decimal: "-1" and 2^64 are errors, not wrapped values.
@@ -84,10 +121,72 @@ std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path, const 
 // the shipped stories260K checkpoint.
 constexpr const char* kBuiltin = "builtin";
 
+int run_batched(const CliOptions& o, const models::LlamaModel& model,
+                const std::string& model_path) {
+  SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
+           "--prompts-file and --prompt-ids: give one of them");
+  SG_CHECK(o.dump_logits.empty() && o.trace.empty() && !o.stream,
+           "--prompts-file does not support --dump-logits, --trace or --stream yet");
+  BatchOptions b;
+  b.prompts = read_prompts(o.prompts_file);
+  b.steps = o.steps;
+  b.mode = parse_mode(o.mode);
+  b.temperature = o.temperature;
+  b.seed = parse_seed(o.seed_text);
+  b.stop_id = o.stop_id;
+  b.max_batch = o.max_batch;
+  if (!o.capture_sizes.empty()) b.capture_sizes = parse_sizes(o.capture_sizes);
+  const bool machine = o.print_ids || o.stats;
+  std::FILE* report = machine ? stderr : stdout;
+  const BatchResult r = generate_batched(model, b);
+  if (!o.explain.empty()) {
+    const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
+    std::fprintf(report, "%s%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str(),
+                 bucket_report(r).c_str());
+  }
+  if (o.print_ids || !machine) {
+    for (const auto& ids : r.ids) {
+      std::string line;
+      for (const auto id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+      std::printf("ids: %s\n", line.c_str());
+    }
+  }
+  if (!machine) {
+    std::printf("model: %s (%s)\n", model_path == kBuiltin ? "built-in random" : model_path.c_str(),
+                model.config().str().c_str());
+    std::printf("mode: %s\n", o.mode.c_str());
+    std::printf("prompts: %zu, at most %lld decoded together\n", b.prompts.size(),
+                static_cast<long long>(b.max_batch));
+    std::printf(
+        "decode: %.1f tokens/s over all sequences (%lld steps)\n",
+        r.decode_seconds > 0 ? static_cast<double>(r.decode_tokens) / r.decode_seconds : 0.0,
+        static_cast<long long>(r.decode_steps));
+    std::printf("batch buckets captured: %lld\n", static_cast<long long>(r.batch_buckets_captured));
+  }
+  if (o.stats) std::printf("%s\n", batch_stats_json(b, r).c_str());
+  return 0;
+}
+
 int run(const CliOptions& o) {
   SG_CHECK(o.model_option == nullptr || o.model_option->count() == 0 || !o.model.empty(),
            "--model: the path is empty (leave --model out for the shipped stories260K model, or "
            "pass --model builtin for the random built-in model)");
+  if (!o.prompts_file.empty() && o.threads) {
+    SG_CHECK(*o.threads >= 1 && *o.threads <= kMaxThreads, "--threads must be from 1 to ",
+             kMaxThreads, ", got ", *o.threads);
+    set_num_threads(*o.threads);
+  }
+  if (!o.prompts_file.empty()) {
+    SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
+    SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+    SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+    (void)read_prompts(o.prompts_file);  // a bad file fails before the model loads
+    const std::string path = o.model.empty() ? default_model_path() : o.model;
+    const models::LlamaModel model = path == kBuiltin
+                                         ? models::random_model(models::builtin_config(), 0)
+                                         : models::load_model(path);
+    return run_batched(o, model, path);
+  }
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
   g.steps = o.steps;
@@ -188,8 +287,14 @@ void add_generate_command(CLI::App& app, int& status) {
                       "llama2.c .bin, .safetensors (config.json beside it), a folder (ours or a "
                       "Hugging Face Llama), or 'builtin' (random, dim 288); default: the shipped "
                       "stories260K");
-  cmd->add_option("--prompt-ids", o->prompt_ids,
-                  "prompt token ids, space separated (default: \"1\", BOS)");
+  o->prompt_ids_option = cmd->add_option("--prompt-ids", o->prompt_ids,
+                                         "prompt token ids, space separated (default: \"1\", BOS)");
+  cmd->add_option("--prompts-file", o->prompts_file,
+                  "decode many prompts together: one prompt per line, space-separated ids");
+  cmd->add_option("--max-batch", o->max_batch,
+                  "with --prompts-file: sequences decoded together (default 16)");
+  cmd->add_option("--capture-sizes", o->capture_sizes,
+                  "with --prompts-file: batch buckets, one graph each (default 1,2,4,8,16,32)");
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
   cmd->add_option("--mode", o->mode, "eager, reduce-overhead (default) or max-autotune")
       ->check(CLI::IsMember({"eager", "reduce-overhead", "max-autotune"}));

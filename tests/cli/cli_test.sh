@@ -111,6 +111,59 @@ expect threads-env-bad-warns grep -q "SINKGRAPH_NUM_THREADS" "$tmp/err"
 check too-long 2 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 2" --steps 31
 expect too-long-message grep -q "seq_len" "$tmp/err"
 
+# Batched decoding: --prompts-file, more prompts than --max-batch, so
+# sequences leave and join; each prompt's ids equal its solo ids, in every
+# mode, with and without a stop id; one decode graph per bucket used.
+printf '1\n1 5 9\n1 2 3 4 5\n1 7\n1 30 31\n' >"$tmp/prompts.txt"
+for mode in eager reduce-overhead max-autotune; do
+  : >"$tmp/solo"
+  : >"$tmp/solo-stop"
+  while IFS= read -r p; do
+    "$bin" generate --model "$tmp/m.bin" --prompt-ids "$p" --steps 8 --mode "$mode" --print-ids \
+      >>"$tmp/solo" 2>/dev/null
+    "$bin" generate --model "$tmp/m.bin" --prompt-ids "$p" --steps 8 --mode "$mode" --print-ids \
+      --stop-id 7 >>"$tmp/solo-stop" 2>/dev/null
+  done <"$tmp/prompts.txt"
+  check "batch-$mode" 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+    --steps 8 --max-batch 2 --mode "$mode" --print-ids --stats
+  expect "batch-$mode-ids" diff <(head -n 5 "$tmp/out") "$tmp/solo"
+  expect "batch-$mode-lines" test "$(wc -l <"$tmp/out")" = 6
+  if [[ $mode != eager ]]; then
+    expect "batch-$mode-buckets" grep -q '"batch_buckets_captured":2' "$tmp/out"
+    expect "batch-$mode-decode-graphs" grep -q '"decode_captured":2' "$tmp/out"
+    expect "batch-$mode-pool-bytes" grep -Eq '"bucket_pool_bytes":\{"1":[0-9]+,"2":[0-9]+\}' "$tmp/out"
+  fi
+  check "batch-$mode-stop" 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file \
+    "$tmp/prompts.txt" --steps 8 --max-batch 3 --mode "$mode" --print-ids --stop-id 7
+  expect "batch-$mode-stop-ids" diff "$tmp/out" "$tmp/solo-stop"
+done
+check batch-explain 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --steps 8 --max-batch 3 --capture-sizes 1,2,4 --print-ids --explain
+expect batch-explain-buckets grep -q "bucket 4 (3 live, 1 padded)" "$tmp/err"
+# Sampling is a function of (seed, prompt index, position): the first prompt
+# samples as it does alone.
+check batch-sample 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --steps 8 --max-batch 2 --temperature 0.9 --seed 11 --print-ids
+head -n 1 "$tmp/out" >"$tmp/first"
+check batch-sample-solo 0 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids 1 --steps 8 \
+  --temperature 0.9 --seed 11 --print-ids
+expect batch-sample-first diff "$tmp/out" "$tmp/first"
+: >"$tmp/empty.txt"
+check batch-empty-file 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/empty.txt"
+expect batch-empty-message grep -q "has no prompts" "$tmp/err"
+printf '1 2\n1 x 3\n' >"$tmp/bad.txt"
+check batch-bad-id 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/bad.txt"
+expect batch-bad-id-line grep -q "line 2: 'x' is not an integer token id" "$tmp/err"
+printf '1 2\n1 99\n' >"$tmp/range.txt"
+check batch-range 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/range.txt" --steps 4
+expect batch-range-line grep -q "prompt 2 (line 2): id 99 is out of range" "$tmp/err"
+check batch-max-zero 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --max-batch 0
+check batch-and-prompt-ids 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file \
+  "$tmp/prompts.txt" --prompt-ids "1 2"
+check batch-sizes-bad 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --capture-sizes 2,1
+
 # sinkgraph ir
 cat >"$tmp/g.ir" <<'IR'
 graph @g(%x: f32[4] input) {

@@ -1,0 +1,285 @@
+#include "batch_generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/error.h"
+#include "sinkgraph/ops.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph::tools {
+
+// Note [Continuous batching]
+// The KV cache has one slot per sequence decoded together (max_batch of
+// them, rounded up to a bucket). A prompt joins when a slot is free: it is
+// prefilled alone, through the prefill function (one graph per prompt
+// length, as for one prompt), into a scratch single-sequence cache whose
+// first P positions are then copied into its slot; its first id comes from
+// that prefill. Each decode step then runs every live sequence at once
+// through the batched decode function (Note [Batched decoding]): row b is
+// slot b, positions arrive as an i64 tensor, and the step runs the smallest
+// capture size >= the highest live slot + 1, rows of free slots padded
+// (token 0 at position 0 of their own slot: computed and discarded). The
+// batch size is a shape, so each bucket is one graph key, captured on first
+// use; positions never re-capture. A sequence that meets its steps or its
+// stop id frees its slot at once, and the next waiting prompt takes the
+// lowest free slot before the next step. The host reads every step's ids
+// (it must, to see stop ids and free slots). Rows never mix (batch-invariant
+// kernels), so a prompt's ids are the ones it gets alone; sampling draws
+// from (prompt_seed(seed, index), position), so they do not depend on the
+// batch either.
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Live {
+  std::size_t prompt = 0;  // index into options.prompts
+  std::int64_t token = 0;  // the next token to feed
+  std::int64_t pos = 0;    // its position
+  bool active = false;
+};
+
+}  // namespace
+
+std::uint64_t prompt_seed(std::uint64_t seed, std::size_t index) {
+  return seed + 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(index);
+}
+
+BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions& options) {
+  const models::LlamaConfig& c = model.config();
+  SG_CHECK(!options.prompts.empty(), "generate: no prompts (the prompts file has no lines)");
+  SG_CHECK(options.steps >= 1, "generate: --steps must be >= 1, got ", options.steps);
+  SG_CHECK(options.max_batch >= 1, "generate: --max-batch must be >= 1, got ", options.max_batch);
+  SG_CHECK(!options.capture_sizes.empty(), "generate: --capture-sizes needs at least one size");
+  for (std::size_t i = 0; i < options.capture_sizes.size(); ++i) {
+    SG_CHECK(options.capture_sizes[i] >= 1 &&
+                 (i == 0 || options.capture_sizes[i] > options.capture_sizes[i - 1]),
+             "generate: --capture-sizes must be increasing sizes >= 1");
+  }
+  SG_CHECK(!options.stop_id || (*options.stop_id >= 0 && *options.stop_id < c.vocab_size),
+           "generate: --stop-id ", options.stop_id.value_or(0),
+           " is out of range for a vocabulary of ", c.vocab_size);
+  std::int64_t longest = 0;
+  for (std::size_t i = 0; i < options.prompts.size(); ++i) {
+    const auto& p = options.prompts[i];
+    const auto n = static_cast<std::int64_t>(p.size());
+    SG_CHECK(n >= 1, "generate: prompt ", i + 1, " is empty");
+    SG_CHECK(n <= c.max_seq_len && options.steps <= c.max_seq_len - n, "generate: prompt ", i + 1,
+             " (", n, " tokens) plus --steps ", options.steps, " exceeds the model's seq_len ",
+             c.max_seq_len);
+    for (const std::int64_t id : p) {
+      SG_CHECK(id >= 0 && id < c.vocab_size, "generate: prompt ", i + 1, " (line ", i + 1, "): id ",
+               id, " is out of range for a vocabulary of ", c.vocab_size);
+    }
+    longest = std::max(longest, n);
+  }
+  const std::int64_t positions = longest + options.steps;
+  const auto& sizes = options.capture_sizes;
+  // Slots: max_batch, rounded up to the bucket that holds them.
+  const auto holding = std::lower_bound(sizes.begin(), sizes.end(), options.max_batch);
+  const std::int64_t slots = holding == sizes.end() ? options.max_batch : *holding;
+
+  BatchResult result;
+  result.ids.resize(options.prompts.size());
+  Stream& stream = current_stream();
+  stream.synchronize();
+  cpu().allocator().reset_peak();
+
+  std::shared_ptr<CompiledFunction> prefill, decode;
+  const TracedFn prefill_fn = model.as_function();
+  const TracedFn decode_fn = model.as_batched_function();
+  if (options.mode != Mode::eager) {
+    CompilerConfig config;
+    config.mode = options.mode;
+    if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
+    config.capture_limit =
+        std::max<std::int64_t>(config.capture_limit, static_cast<std::int64_t>(sizes.size()));
+    auto backend = get_backend(config);
+    TraceOptions p;
+    p.graph_name = "prefill";
+    p.arg_names = {"tokens", "pos0", "kv_cache"};
+    p.dynamic_dims[0] = {0};
+    p.parameters = [&model] { return model.named_parameters(); };
+    prefill = compile(prefill_fn, backend, p);
+    TraceOptions d;
+    d.graph_name = "decode";
+    d.arg_names = {"tokens", "pos", "kv_cache"};
+    d.parameters = p.parameters;
+    decode = compile(decode_fn, backend, d);
+  }
+
+  const Tensor kv = model.new_batched_kv_cache(slots, positions);
+  const Tensor scratch = model.new_kv_cache(positions);  // one prompt's prefill
+  result.kv_cache_bytes = (kv.numel() + scratch.numel()) * static_cast<std::int64_t>(sizeof(float));
+
+  // The next id from one row of logits ([1, vocab]) fed at `pos`.
+  const auto pick = [&](const Tensor& row, std::size_t prompt, std::int64_t pos) {
+    if (options.temperature <= 0) return ops::argmax(row).to_ints()[0];
+    return ops::sample(row, options.temperature,
+                       static_cast<std::int64_t>(prompt_seed(options.seed, prompt)), pos)
+        .to_ints()[0];
+  };
+  const auto finished = [&](std::size_t prompt) {
+    const auto& ids = result.ids[prompt];
+    return static_cast<std::int64_t>(ids.size()) >= options.steps ||
+           (options.stop_id && !ids.empty() && ids.back() == *options.stop_id);
+  };
+
+  std::deque<std::size_t> waiting;
+  for (std::size_t i = 0; i < options.prompts.size(); ++i) waiting.push_back(i);
+  std::vector<Live> live(static_cast<std::size_t>(slots));
+  // Fills free slots (lowest first) from the waiting prompts: prefill alone,
+  // copy the prompt's cache rows into the slot, keep it if it goes on.
+  const auto admit = [&] {
+    for (std::int64_t s = 0; s < options.max_batch && !waiting.empty(); ++s) {
+      Live& slot = live[static_cast<std::size_t>(s)];
+      if (slot.active) continue;
+      const std::size_t index = waiting.front();
+      waiting.pop_front();
+      const auto& prompt = options.prompts[index];
+      const auto n = static_cast<std::int64_t>(prompt.size());
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<Arg> args{Tensor::from_ints(prompt, {n}), SymInt(0), scratch};
+      const Tensor logits = prefill ? (*prefill)(args)[0] : prefill_fn(args)[0];
+      const Tensor last = n == 1 ? logits : ops::slice(logits, 0, n - 1, n);
+      ops::copy_(ops::narrow(ops::squeeze(ops::narrow(kv, 0, s, 1), 0), 2, 0, n),
+                 ops::narrow(scratch, 2, 0, n));
+      result.ids[index].push_back(pick(last, index, n - 1));
+      result.prefill_seconds += seconds_since(t0);
+      if (finished(index)) {
+        --s;  // the slot is still free
+        continue;
+      }
+      slot = {index, result.ids[index].back(), n, true};
+    }
+  };
+
+  admit();
+  std::vector<std::int64_t> tokens, pos;
+  std::int64_t pool_before = decode ? decode->counters().pool_reserved_bytes : 0;
+  std::int64_t captured_before = decode ? decode->counters().captured : 0;
+  while (true) {
+    std::int64_t highest = -1, active = 0;
+    for (std::int64_t s = 0; s < slots; ++s) {
+      if (live[static_cast<std::size_t>(s)].active) highest = s, ++active;
+    }
+    if (highest < 0) break;
+    const auto bucket_it = std::lower_bound(sizes.begin(), sizes.end(), highest + 1);
+    const std::int64_t bucket = bucket_it == sizes.end() ? highest + 1 : *bucket_it;
+    tokens.assign(static_cast<std::size_t>(bucket), 0);
+    pos.assign(static_cast<std::size_t>(bucket), 0);
+    for (std::int64_t s = 0; s <= highest; ++s) {
+      const Live& l = live[static_cast<std::size_t>(s)];
+      if (l.active)
+        tokens[static_cast<std::size_t>(s)] = l.token, pos[static_cast<std::size_t>(s)] = l.pos;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<Arg> args{Tensor::from_ints(tokens, {bucket}),
+                                Tensor::from_ints(pos, {bucket}), kv};
+    // A bucket past the capture sizes runs eagerly (it would be a new key).
+    const bool graph = decode && bucket_it != sizes.end();
+    const Tensor logits = graph ? (*decode)(args)[0] : decode_fn(args)[0];
+    std::vector<std::int64_t> next;
+    if (options.temperature <= 0) next = ops::argmax(logits).to_ints();
+    for (std::int64_t s = 0; s <= highest; ++s) {
+      Live& l = live[static_cast<std::size_t>(s)];
+      if (!l.active) continue;
+      const std::int64_t id = options.temperature <= 0
+                                  ? next[static_cast<std::size_t>(s)]
+                                  : pick(ops::slice(logits, 0, s, s + 1), l.prompt, l.pos);
+      result.ids[l.prompt].push_back(id);
+      ++result.decode_tokens;
+      l.token = id;
+      ++l.pos;
+      if (finished(l.prompt)) l.active = false;
+    }
+    result.decode_seconds += seconds_since(t0);
+    ++result.decode_steps;
+    result.step_buckets.emplace_back(bucket, active);
+    if (decode && decode->counters().captured > captured_before) {
+      result.bucket_pool_bytes[bucket] = decode->counters().pool_reserved_bytes - pool_before;
+      ++result.batch_buckets_captured;
+    }
+    if (decode) {
+      pool_before = decode->counters().pool_reserved_bytes;
+      captured_before = decode->counters().captured;
+    }
+    admit();
+  }
+
+  stream.synchronize();
+  result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
+  if (prefill) {
+    result.prefill_counters = prefill->counters();
+    result.decode_counters = decode->counters();
+    result.explain =
+        "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
+    result.explain_full =
+        "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
+  }
+  return result;
+}
+
+std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) {
+  GraphCounters sum = r.prefill_counters;
+  sum += r.decode_counters;
+  std::int64_t prompt_tokens = 0, generated = 0;
+  for (const auto& p : options.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
+  for (const auto& ids : r.ids) generated += static_cast<std::int64_t>(ids.size());
+  const double decode_tps =
+      r.decode_seconds > 0 ? static_cast<double>(r.decode_tokens) / r.decode_seconds : 0.0;
+  nlohmann::json j;
+  j["mode"] = mode_name(options.mode);
+  j["prompts"] = options.prompts.size();
+  j["prompt_tokens"] = prompt_tokens;
+  j["generated_tokens"] = generated;
+  j["prefill_tokens_per_s"] =
+      r.prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / r.prefill_seconds : 0.0;
+  j["decode_tokens_per_s"] = decode_tps;
+  j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
+  j["decode_steps"] = r.decode_steps;
+  j["captured"] = sum.captured;
+  j["replayed"] = sum.replayed;
+  j["prefill_captured"] = r.prefill_counters.captured;
+  j["decode_captured"] = r.decode_counters.captured;
+  j["batch_buckets_captured"] = r.batch_buckets_captured;
+  nlohmann::json buckets = nlohmann::json::object();
+  for (const auto& [bucket, bytes] : r.bucket_pool_bytes) buckets[std::to_string(bucket)] = bytes;
+  j["bucket_pool_bytes"] = buckets;
+  j["recapture_due_to_mutated_input_change"] = sum.recapture_due_to_mutated_input_change;
+  j["recapture_due_to_parameter_change"] = sum.recapture_due_to_parameter_change;
+  j["recapture_due_to_force_recapture"] = sum.recapture_due_to_force_recapture;
+  j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
+  j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
+  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  j["kv_cache_bytes"] = r.kv_cache_bytes;
+  j["codegen_kernels"] = r.decode_counters.codegen_kernels;
+  j["compile_cache_hits"] = sum.compile_cache_hits;
+  j["threads"] = num_threads();
+  j["max_batch"] = options.max_batch;
+  return j.dump();
+}
+
+std::string bucket_report(const BatchResult& r) {
+  std::string out = "== decode buckets ==\n";
+  std::size_t i = 0;
+  while (i < r.step_buckets.size()) {
+    std::size_t j = i;
+    while (j + 1 < r.step_buckets.size() && r.step_buckets[j + 1] == r.step_buckets[i]) ++j;
+    const auto [bucket, active] = r.step_buckets[i];
+    out += fmt::format("steps {}-{}: bucket {} ({} live{})\n", i, j, bucket, active,
+                       bucket > active ? fmt::format(", {} padded", bucket - active) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace sinkgraph::tools
