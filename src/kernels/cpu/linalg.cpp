@@ -207,6 +207,13 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
     parallel_for(ctx, n, grain_for(m * k), [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
         std::int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+          const float* xs[4] = {x + i * ldx, x + (i + 1) * ldx, x + (i + 2) * ldx,
+                                x + (i + 3) * ldx};
+          float* os[4] = {out + i * ldo + r, out + (i + 1) * ldo + r, out + (i + 2) * ldo + r,
+                          out + (i + 3) * ldo + r};
+          vec::dot_x4(w + r * ldw, xs, k, os);
+        }
         for (; i + 2 <= m; i += 2) {
           vec::dot2(w + r * ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
                     out + (i + 1) * ldo + r);
@@ -229,6 +236,12 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
         continue;
       }
       std::int64_t i = 0;
+      for (; i + 4 <= m; i += 4) {
+        const float* xs[4] = {x + i * ldx, x + (i + 1) * ldx, x + (i + 2) * ldx, x + (i + 3) * ldx};
+        float* os[4] = {out + i * ldo + r, out + (i + 1) * ldo + r, out + (i + 2) * ldo + r,
+                        out + (i + 3) * ldo + r};
+        vec::dot4x4(w + r * ldw, ldw, xs, k, os);
+      }
       for (; i + 2 <= m; i += 2) {
         vec::dot4x2(w + r * ldw, ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
                     out + (i + 1) * ldo + r);
