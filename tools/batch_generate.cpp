@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -102,6 +103,8 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
     if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
     config.capture_limit =
         std::max<std::int64_t>(config.capture_limit, static_cast<std::int64_t>(sizes.size()));
+    config.capture_sizes = sizes;
+    config.graph_memory_budget = options.graph_memory_budget;
     auto backend = get_backend(config);
     TraceOptions p;
     p.graph_name = "prefill";
@@ -162,10 +165,50 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
     }
   };
 
-  admit();
+  // One decode step over `bucket` rows. A bucket not captured yet is
+  // captured unless the buckets' pools have reached graph_memory_budget;
+  // then it, and any later new bucket, runs eagerly (warned once).
   std::vector<std::int64_t> tokens, pos;
-  std::int64_t pool_before = decode ? decode->counters().pool_reserved_bytes : 0;
-  std::int64_t captured_before = decode ? decode->counters().captured : 0;
+  std::set<std::int64_t> eager_buckets;
+  const auto step = [&](std::int64_t bucket) {
+    const std::vector<Arg> args{Tensor::from_ints(tokens, {bucket}),
+                                Tensor::from_ints(pos, {bucket}), kv};
+    const bool listed = std::binary_search(sizes.begin(), sizes.end(), bucket);
+    const bool known = result.bucket_pool_bytes.contains(bucket);
+    bool graph = decode && listed && !eager_buckets.contains(bucket);
+    if (graph && !known && options.graph_memory_budget > 0 &&
+        decode->counters().pool_reserved_bytes >= options.graph_memory_budget) {
+      graph = false;
+      eager_buckets.insert(bucket);
+      result.notes.push_back(fmt::format(
+          "graph_memory_budget: the bucket graphs' pools hold {} bytes of the {} allowed; bucket "
+          "{} runs eagerly",
+          decode->counters().pool_reserved_bytes, options.graph_memory_budget, bucket));
+    }
+    if (!graph) return decode_fn(args)[0];
+    const std::int64_t pool_before = decode->counters().pool_reserved_bytes;
+    const std::int64_t captured_before = decode->counters().captured;
+    Tensor logits = (*decode)(args)[0];
+    if (decode->counters().captured > captured_before) {
+      result.bucket_pool_bytes[bucket] = decode->counters().pool_reserved_bytes - pool_before;
+      ++result.batch_buckets_captured;
+    }
+    return logits;
+  };
+  if (options.warmup_buckets && decode) {
+    // Every bucket the slots can use, smallest first (so a budget leaves the
+    // largest eager). Rows at position 0 write their slots' position 0, which
+    // each prompt's prefill overwrites before the slot is read.
+    for (const std::int64_t bucket : sizes) {
+      if (bucket > slots) break;
+      tokens.assign(static_cast<std::size_t>(bucket), 0);
+      pos.assign(static_cast<std::size_t>(bucket), 0);
+      (void)step(bucket);
+    }
+    stream.synchronize();
+  }
+
+  admit();
   while (true) {
     std::int64_t highest = -1, active = 0;
     for (std::int64_t s = 0; s < slots; ++s) {
@@ -182,11 +225,8 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
         tokens[static_cast<std::size_t>(s)] = l.token, pos[static_cast<std::size_t>(s)] = l.pos;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<Arg> args{Tensor::from_ints(tokens, {bucket}),
-                                Tensor::from_ints(pos, {bucket}), kv};
     // A bucket past the capture sizes runs eagerly (it would be a new key).
-    const bool graph = decode && bucket_it != sizes.end();
-    const Tensor logits = graph ? (*decode)(args)[0] : decode_fn(args)[0];
+    const Tensor logits = step(bucket);
     std::vector<std::int64_t> next;
     if (options.temperature <= 0) next = ops::argmax(logits).to_ints();
     for (std::int64_t s = 0; s <= highest; ++s) {
@@ -204,14 +244,6 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
     result.decode_seconds += seconds_since(t0);
     ++result.decode_steps;
     result.step_buckets.emplace_back(bucket, active);
-    if (decode && decode->counters().captured > captured_before) {
-      result.bucket_pool_bytes[bucket] = decode->counters().pool_reserved_bytes - pool_before;
-      ++result.batch_buckets_captured;
-    }
-    if (decode) {
-      pool_before = decode->counters().pool_reserved_bytes;
-      captured_before = decode->counters().captured;
-    }
     admit();
   }
 
@@ -265,6 +297,7 @@ std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) 
   j["compile_cache_hits"] = sum.compile_cache_hits;
   j["threads"] = num_threads();
   j["max_batch"] = options.max_batch;
+  j["graph_memory_budget"] = options.graph_memory_budget;
   return j.dump();
 }
 

@@ -14,10 +14,6 @@
 
 namespace sinkgraph::tools {
 
-// The default batch buckets (vLLM's style): a step with B live sequences runs
-// the smallest bucket >= B.
-inline const std::vector<std::int64_t> kDefaultCaptureSizes = {1, 2, 4, 8, 16, 32};
-
 struct BatchOptions {
   std::vector<std::vector<std::int64_t>> prompts;
   std::int64_t steps = 128;  // per prompt
@@ -26,7 +22,10 @@ struct BatchOptions {
   std::uint64_t seed = 0;
   std::optional<std::int64_t> stop_id;
   std::int64_t max_batch = 16;  // sequences decoded together
-  std::vector<std::int64_t> capture_sizes = kDefaultCaptureSizes;
+  // The batch buckets and the bound on their pools (CompilerConfig's).
+  std::vector<std::int64_t> capture_sizes = CompilerConfig{}.capture_sizes;
+  std::int64_t graph_memory_budget = CompilerConfig{}.graph_memory_budget;
+  bool warmup_buckets = false;  // capture every bucket up front, not on first use
 };
 
 struct BatchResult {
@@ -44,6 +43,7 @@ struct BatchResult {
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t kv_cache_bytes = 0;
   std::string explain, explain_full;
+  std::vector<std::string> notes;  // what the user should know (warnings)
 };
 
 // The seed sequence `index` samples with: `seed` itself for the first prompt

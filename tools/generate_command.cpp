@@ -38,7 +38,9 @@ struct CliOptions {
   std::optional<int> threads;
   std::string prompts_file;
   std::int64_t max_batch = 16;
-  std::string capture_sizes;  // "1,2,4"; empty: the default buckets
+  std::string capture_sizes;        // "1,2,4"; empty: the default buckets
+  std::string graph_memory_budget;  // bytes; empty: no bound
+  bool warmup_buckets = false;
   CLI::Option* prompt_ids_option = nullptr;
 };
 
@@ -77,21 +79,6 @@ std::vector<std::vector<std::int64_t>> read_prompts(const std::string& path) {
   }
   SG_CHECK(!prompts.empty(), "--prompts-file ", path, ": the file has no prompts");
   return prompts;
-}
-
-std::vector<std::int64_t> parse_sizes(const std::string& text) {
-  std::vector<std::int64_t> sizes;
-  std::istringstream in(text);
-  std::string word;
-  while (std::getline(in, word, ',')) {
-    std::int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), v);
-    SG_CHECK(!word.empty() && ec == std::errc() && ptr == word.data() + word.size() && v >= 1,
-             "--capture-sizes: '", word, "' is not a batch size >= 1 (expected e.g. 1,2,4,8)");
-    sizes.push_back(v);
-  }
-  SG_CHECK(!sizes.empty(), "--capture-sizes: expected sizes such as 1,2,4,8");
-  return sizes;
 }
 
 // An unsigned 64-bit decimal: "-1" and 2^64 are errors, not wrapped values.
@@ -135,10 +122,17 @@ int run_batched(const CliOptions& o, const models::LlamaModel& model,
   b.seed = parse_seed(o.seed_text);
   b.stop_id = o.stop_id;
   b.max_batch = o.max_batch;
-  if (!o.capture_sizes.empty()) b.capture_sizes = parse_sizes(o.capture_sizes);
+  // The buckets and their budget are CompilerConfig options: one parser.
+  CompilerConfig config;
+  if (!o.capture_sizes.empty()) config.set("capture_sizes", o.capture_sizes);
+  if (!o.graph_memory_budget.empty()) config.set("graph_memory_budget", o.graph_memory_budget);
+  b.capture_sizes = config.capture_sizes;
+  b.graph_memory_budget = config.graph_memory_budget;
+  b.warmup_buckets = o.warmup_buckets;
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
   const BatchResult r = generate_batched(model, b);
+  for (const auto& note : r.notes) sinkgraph::log(LogLevel::warn, note);
   if (!o.explain.empty()) {
     const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
     std::fprintf(report, "%s%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str(),
@@ -295,6 +289,11 @@ void add_generate_command(CLI::App& app, int& status) {
                   "with --prompts-file: sequences decoded together (default 16)");
   cmd->add_option("--capture-sizes", o->capture_sizes,
                   "with --prompts-file: batch buckets, one graph each (default 1,2,4,8,16,32)");
+  cmd->add_option("--graph-memory-budget", o->graph_memory_budget,
+                  "with --prompts-file: bytes the bucket graphs' pools may reach; past it, "
+                  "larger buckets run eagerly (default: no bound)");
+  cmd->add_flag("--warmup-buckets", o->warmup_buckets,
+                "with --prompts-file: capture every bucket before decoding, not on first use");
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
   cmd->add_option("--mode", o->mode, "eager, reduce-overhead (default) or max-autotune")
       ->check(CLI::IsMember({"eager", "reduce-overhead", "max-autotune"}));

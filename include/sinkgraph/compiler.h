@@ -25,7 +25,9 @@ enum class Mode : std::uint8_t { eager, reduce_overhead, max_autotune };
 SG_API const char* mode_name(Mode mode);          // "eager", "reduce-overhead", "max-autotune"
 SG_API Mode parse_mode(const std::string& text);  // throws sinkgraph::Error
 
-// Every option with TorchAir's name, meaning and default (docs/compiler.md).
+// Every option with TorchAir's name, meaning and default (each described
+// below; set() takes them as text, and the Python package's CompilerConfig
+// has the same names).
 struct SG_API CompilerConfig {
   Mode mode = Mode::max_autotune;  // TorchAir's default
   bool force_eager = false;
@@ -55,6 +57,14 @@ struct SG_API CompilerConfig {
   // The compile cache's folder; empty: SINKGRAPH_CACHE_DIR, else
   // $XDG_CACHE_HOME/sinkgraph (docs/codegen.md).
   std::string cache_dir;
+  // Batched decoding (vLLM's and TorchAir's capture sizes): the batch
+  // buckets a decode loop captures one graph each for, increasing; a step
+  // with B sequences runs the smallest bucket >= B (tools/batch_generate.cpp).
+  std::vector<std::int64_t> capture_sizes = {1, 2, 4, 8, 16, 32};
+  // Bytes the buckets' graph pools may reach; 0: no bound. Once they reach
+  // it no further bucket is captured: larger buckets run eagerly, with a
+  // warning (the bucket whose capture crossed it keeps its graph).
+  std::int64_t graph_memory_budget = 0;
 
   // Sets an option from text ("mode", "reduce-overhead"; "capture_limit", "4";
   // booleans "true"/"false"). Unknown names and invalid values throw

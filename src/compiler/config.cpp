@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -125,6 +126,33 @@ const std::vector<std::pair<std::string, Option>>& options() {
       {"recompile_limit", count_option<&CompilerConfig::recompile_limit>("recompile_limit", 1)},
       {"codegen", bool_option<&CompilerConfig::codegen>("codegen")},
       {"cache_dir", string_option<&CompilerConfig::cache_dir>()},
+      {"capture_sizes",
+       {[](CompilerConfig& c, const std::string& v) {
+          std::vector<std::int64_t> sizes;
+          std::size_t start = 0;
+          while (start <= v.size()) {
+            const std::size_t comma = std::min(v.find(',', start), v.size());
+            const std::string word = v.substr(start, comma - start);
+            std::int64_t n = 0;
+            const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), n);
+            SG_CHECK(!word.empty() && ec == std::errc{} && end == word.data() + word.size() &&
+                         n >= 1 && (sizes.empty() || n > sizes.back()),
+                     "option 'capture_sizes' expects increasing batch sizes >= 1 separated by "
+                     "commas, such as 1,2,4,8; got '",
+                     v, "'");
+            sizes.push_back(n);
+            start = comma + 1;
+          }
+          c.capture_sizes = std::move(sizes);
+        },
+        [](const CompilerConfig& c) {
+          std::string out;
+          for (const std::int64_t n : c.capture_sizes)
+            out += (out.empty() ? "" : ",") + std::to_string(n);
+          return out;
+        }}},
+      {"graph_memory_budget",
+       count_option<&CompilerConfig::graph_memory_budget>("graph_memory_budget", 0)},
   };
   return table;
 }

@@ -140,6 +140,20 @@ done
 check batch-explain 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
   --steps 8 --max-batch 3 --capture-sizes 1,2,4 --print-ids --explain
 expect batch-explain-buckets grep -q "bucket 4 (3 live, 1 padded)" "$tmp/err"
+# --warmup-buckets captures every bucket the slots can use before decoding;
+# --graph-memory-budget stops capturing once the pools reach it (bucket 4
+# runs eagerly, warned), and the ids stay the same.
+check batch-warmup 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --steps 8 --max-batch 4 --warmup-buckets --print-ids --stats
+expect batch-warmup-buckets grep -Eq '"batch_buckets_captured":3.*"bucket_pool_bytes":\{"1":[0-9]+,"2":[0-9]+,"4":[0-9]+\}' "$tmp/out"
+head -n 5 "$tmp/out" >"$tmp/warm-ids"
+check batch-budget 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --steps 8 --max-batch 4 --warmup-buckets --graph-memory-budget 1 --print-ids --stats
+expect batch-budget-buckets grep -q '"batch_buckets_captured":1,' "$tmp/out"
+expect batch-budget-warns grep -q "graph_memory_budget: .* bucket 2 runs eagerly" "$tmp/err"
+expect batch-budget-ids diff <(head -n 5 "$tmp/out") "$tmp/warm-ids"
+check batch-budget-bad 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \
+  --graph-memory-budget -5
 # Sampling is a function of (seed, prompt index, position): the first prompt
 # samples as it does alone.
 check batch-sample 0 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/prompts.txt" \

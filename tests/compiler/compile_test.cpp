@@ -49,7 +49,26 @@ TEST(compiler_config, defaults_are_torchairs) {
   EXPECT_EQ(c.get("data_dump"), "");
   EXPECT_EQ(c.get("codegen"), "true");
   EXPECT_EQ(c.get("cache_dir"), "");
-  EXPECT_EQ(sg::CompilerConfig::option_names().size(), 22U);
+  EXPECT_EQ(c.get("capture_sizes"), "1,2,4,8,16,32");
+  EXPECT_EQ(c.get("graph_memory_budget"), "0");
+  EXPECT_EQ(sg::CompilerConfig::option_names().size(), 24U);
+}
+
+TEST(compiler_config, capture_sizes_and_the_graph_memory_budget_parse_from_text) {
+  sg::CompilerConfig c;
+  c.set("capture_sizes", "1,3,8");
+  EXPECT_EQ(c.capture_sizes, (std::vector<std::int64_t>{1, 3, 8}));
+  EXPECT_EQ(c.get("capture_sizes"), "1,3,8");
+  for (const char* bad : {"", "1,,2", "2,1", "0,1", "1,x", "1,2,"}) {
+    EXPECT_NE(error_of([&] { c.set("capture_sizes", bad); }).find("increasing batch sizes"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(c.get("capture_sizes"), "1,3,8");  // a bad value changes nothing
+  c.set("graph_memory_budget", "1048576");
+  EXPECT_EQ(c.graph_memory_budget, 1048576);
+  EXPECT_NE(error_of([&] { c.set("graph_memory_budget", "-1"); }).find("graph_memory_budget"),
+            std::string::npos);
 }
 
 TEST(compiler_config, unknown_names_and_invalid_values_are_clear_errors) {
