@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "counter_stats.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
@@ -249,20 +250,15 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
 
   stream.synchronize();
   result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
-  if (prefill) {
-    result.prefill_counters = prefill->counters();
-    result.decode_counters = decode->counters();
-    result.explain =
-        "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
-    result.explain_full =
-        "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
-  }
+  FunctionReports reports = report_functions(prefill.get(), decode.get());
+  result.prefill_counters = reports.prefill;
+  result.decode_counters = reports.decode;
+  result.explain = std::move(reports.explain);
+  result.explain_full = std::move(reports.explain_full);
   return result;
 }
 
 std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) {
-  GraphCounters sum = r.prefill_counters;
-  sum += r.decode_counters;
   std::int64_t prompt_tokens = 0, generated = 0;
   for (const auto& p : options.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
   for (const auto& ids : r.ids) generated += static_cast<std::int64_t>(ids.size());
@@ -278,24 +274,12 @@ std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) 
   j["decode_tokens_per_s"] = decode_tps;
   j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
   j["decode_steps"] = r.decode_steps;
-  j["captured"] = sum.captured;
-  j["replayed"] = sum.replayed;
-  j["prefill_captured"] = r.prefill_counters.captured;
-  j["decode_captured"] = r.decode_counters.captured;
   j["batch_buckets_captured"] = r.batch_buckets_captured;
   nlohmann::json buckets = nlohmann::json::object();
   for (const auto& [bucket, bytes] : r.bucket_pool_bytes) buckets[std::to_string(bucket)] = bytes;
   j["bucket_pool_bytes"] = buckets;
-  j["recapture_due_to_mutated_input_change"] = sum.recapture_due_to_mutated_input_change;
-  j["recapture_due_to_parameter_change"] = sum.recapture_due_to_parameter_change;
-  j["recapture_due_to_force_recapture"] = sum.recapture_due_to_force_recapture;
-  j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
-  j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
-  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
-  j["kv_cache_bytes"] = r.kv_cache_bytes;
-  j["codegen_kernels"] = r.decode_counters.codegen_kernels;
-  j["compile_cache_hits"] = sum.compile_cache_hits;
-  j["threads"] = num_threads();
+  add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
+                    r.kv_cache_bytes);
   j["max_batch"] = options.max_batch;
   j["graph_memory_budget"] = options.graph_memory_budget;
   return j.dump();

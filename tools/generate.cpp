@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "counter_stats.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
@@ -188,14 +189,11 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
 
   stream.synchronize();
   result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
-  if (prefill) {
-    result.prefill_counters = prefill->counters();
-    result.decode_counters = decode->counters();
-    result.explain =
-        "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
-    result.explain_full =
-        "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
-  }
+  FunctionReports reports = report_functions(prefill.get(), decode.get());
+  result.prefill_counters = reports.prefill;
+  result.decode_counters = reports.decode;
+  result.explain = std::move(reports.explain);
+  result.explain_full = std::move(reports.explain_full);
   if (options.trace) {
     stream.set_tracing(false);
     for (const KernelSpan& s : stream.take_spans()) {
@@ -207,8 +205,6 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
 }
 
 std::string stats_json(const GenerateOptions& options, const GenerateResult& r) {
-  GraphCounters sum = r.prefill_counters;
-  sum += r.decode_counters;
   const double decode_tps =
       r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0.0;
   nlohmann::json j;
@@ -219,23 +215,43 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
       r.prefill_seconds > 0 ? static_cast<double>(options.prompt.size()) / r.prefill_seconds : 0.0;
   j["decode_tokens_per_s"] = decode_tps;
   j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
+  add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
+                    r.kv_cache_bytes);
+  return j.dump();
+}
+
+FunctionReports report_functions(const CompiledFunction* prefill, const CompiledFunction* decode) {
+  FunctionReports r;
+  if (prefill == nullptr || decode == nullptr) return r;
+  r.prefill = prefill->counters();
+  r.decode = decode->counters();
+  r.explain =
+      "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
+  r.explain_full =
+      "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
+  return r;
+}
+
+void add_counter_stats(nlohmann::json& j, const GraphCounters& prefill, const GraphCounters& decode,
+                       std::int64_t peak_allocated_bytes, std::int64_t kv_cache_bytes) {
+  GraphCounters sum = prefill;
+  sum += decode;
   j["captured"] = sum.captured;
   j["replayed"] = sum.replayed;
-  j["prefill_captured"] = r.prefill_counters.captured;
-  j["decode_captured"] = r.decode_counters.captured;
+  j["prefill_captured"] = prefill.captured;
+  j["decode_captured"] = decode.captured;
   j["recapture_due_to_mutated_input_change"] = sum.recapture_due_to_mutated_input_change;
   j["recapture_due_to_parameter_change"] = sum.recapture_due_to_parameter_change;
   j["recapture_due_to_force_recapture"] = sum.recapture_due_to_force_recapture;
   j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
   j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
-  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
-  j["kv_cache_bytes"] = r.kv_cache_bytes;
+  j["peak_allocated_bytes"] = peak_allocated_bytes;
+  j["kv_cache_bytes"] = kv_cache_bytes;
   // max-autotune's code generation: kernels in the decode graph, and regions
   // of both functions served by the compile cache.
-  j["codegen_kernels"] = r.decode_counters.codegen_kernels;
+  j["codegen_kernels"] = decode.codegen_kernels;
   j["compile_cache_hits"] = sum.compile_cache_hits;
   j["threads"] = num_threads();
-  return j.dump();
 }
 
 std::string chrome_trace_json(const GenerateResult& r) {

@@ -71,6 +71,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
 
 // The --stats JSON object, one line.
 std::string stats_json(const GenerateOptions& options, const GenerateResult& result);
+
 // Chrome trace event JSON (Perfetto opens it).
 std::string chrome_trace_json(const GenerateResult& result);
 

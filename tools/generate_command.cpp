@@ -165,15 +165,15 @@ int run(const CliOptions& o) {
   SG_CHECK(o.model_option == nullptr || o.model_option->count() == 0 || !o.model.empty(),
            "--model: the path is empty (leave --model out for the shipped stories260K model, or "
            "pass --model builtin for the random built-in model)");
-  if (!o.prompts_file.empty() && o.threads) {
+  SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+  SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
+  if (o.threads) {
     SG_CHECK(*o.threads >= 1 && *o.threads <= kMaxThreads, "--threads must be from 1 to ",
              kMaxThreads, ", got ", *o.threads);
     set_num_threads(*o.threads);
   }
   if (!o.prompts_file.empty()) {
     SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
-    SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
-    SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
     (void)read_prompts(o.prompts_file);  // a bad file fails before the model loads
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const models::LlamaModel model = path == kBuiltin
@@ -190,13 +190,6 @@ int run(const CliOptions& o) {
   g.stop_id = o.stop_id;
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
-  SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
-  if (o.threads) {
-    SG_CHECK(*o.threads >= 1 && *o.threads <= kMaxThreads, "--threads must be from 1 to ",
-             kMaxThreads, ", got ", *o.threads);
-    set_num_threads(*o.threads);
-  }
-  SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   const auto logits_file = output_file(o.dump_logits, "--dump-logits");
   const auto trace_file = output_file(o.trace, "--trace");
 

@@ -95,6 +95,18 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
   config_.shared_classifier = weights_.output.shares_storage(weights_.tok_embeddings);
 }
 
+namespace {
+
+// A layer's SwiGLU feed-forward with its residual: x + w2(silu(w1 h) * w3 h),
+// h = rms_norm(x).
+Tensor feed_forward(const Tensor& x, const LlamaLayer& w, double eps) {
+  const Tensor h = ops::rms_norm(x, w.ffn_norm, eps);
+  const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
+  return ops::add(x, ops::linear(gate, w.w2));
+}
+
+}  // namespace
+
 Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tensor& kv_cache) const {
   const LlamaConfig& c = config_;
   const SymInt p = tokens.sym_size(0);
@@ -104,7 +116,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     // Attention: q, k, v; rotate q and k; write k and v into the cache at pos0.
-    Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
+    const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
     Tensor q = ops::view(ops::linear(h, w.wq), {p, c.n_heads, d});
     Tensor k = ops::view(ops::linear(h, w.wk), {p, c.n_kv_heads, d});
     const Tensor v = ops::view(ops::linear(h, w.wv), {p, c.n_kv_heads, d});
@@ -118,10 +130,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
     ops::index_copy_(v_cache, pos0, v);
     const Tensor a = ops::attention(q, k_cache, v_cache, pos0 + p, scale);
     x = ops::add(x, ops::linear(ops::view(a, {p, c.dim}), w.wo));
-    // SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
-    h = ops::rms_norm(x, w.ffn_norm, c.norm_eps);
-    const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
-    x = ops::add(x, ops::linear(gate, w.w2));
+    x = feed_forward(x, w, c.norm_eps);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
   return ops::linear(x, weights_.output);  // [P, vocab]
@@ -150,7 +159,7 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
   Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [B, dim]
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
-    Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
+    const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
     Tensor q = ops::view(ops::linear(h, w.wq), {b, c.n_heads, d});
     Tensor k = ops::view(ops::linear(h, w.wk), {b, c.n_kv_heads, d});
     const Tensor v = ops::view(ops::linear(h, w.wv), {b, c.n_kv_heads, d});
@@ -165,9 +174,7 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
     ops::index_copy_rows_(v_cache, pos, v);
     const Tensor a = ops::attention_rows(q, k_cache, v_cache, pos, scale);
     x = ops::add(x, ops::linear(ops::view(a, {b, c.dim}), w.wo));
-    h = ops::rms_norm(x, w.ffn_norm, c.norm_eps);
-    const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
-    x = ops::add(x, ops::linear(gate, w.w2));
+    x = feed_forward(x, w, c.norm_eps);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
   return ops::linear(x, weights_.output);  // [B, vocab]

@@ -14,6 +14,7 @@
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "test_files.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -51,14 +52,7 @@ sg::tools::GenerateOptions greedy(std::int64_t steps, sg::Mode mode) {
   return o;
 }
 
-// Restores the process's compute thread count when a test ends.
-struct ThreadCount {
-  int saved = sg::num_threads();
-  ThreadCount() = default;
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-  ~ThreadCount() { sg::set_num_threads(saved); }
-};
+using sgtest::ThreadCount;
 
 TEST(models_llama, greedy_from_bos_reproduces_the_reference_in_every_mode_at_1_and_2_threads) {
   SKIP_WITHOUT_SHARED();

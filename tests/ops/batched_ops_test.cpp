@@ -15,6 +15,7 @@
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -30,14 +31,7 @@ std::vector<float> rows_of(const std::vector<float>& x, std::int64_t row_size, s
   return {x.begin() + b * row_size, x.begin() + (b + 1) * row_size};
 }
 
-// Restores the process's thread count when a test ends.
-struct ThreadCount {
-  int saved = sg::num_threads();
-  ThreadCount() = default;
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-  ~ThreadCount() { sg::set_num_threads(saved); }
-};
+using sgtest::ThreadCount;
 
 TEST(ops_batched, rope_rows_rotates_each_row_at_its_position) {
   std::mt19937 rng(1);

@@ -23,6 +23,7 @@
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -31,17 +32,7 @@ namespace ref = sgtest::ref;
 using ref::Dims;
 using sgtest::make;
 
-// Restores the process's thread count when a test ends.
-class ThreadCount {
- public:
-  ThreadCount() : saved_(sg::num_threads()) {}
-  ~ThreadCount() { sg::set_num_threads(saved_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int saved_;
-};
+using sgtest::ThreadCount;
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -202,23 +202,31 @@ namespace {
 void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
                      std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                      KernelContext& ctx) {
+  // Rows of x taken R at a time; `fn(R, xs, os)` runs the block with the
+  // pointers of rows i .. i+R-1 of x and of out at column r.
+  const auto by_rows = [&](std::int64_t r, auto&& fn) {
+    std::int64_t i = 0;
+    const auto block = [&]<int R>() {
+      const float* xs[R];
+      float* os[R];
+      for (int j = 0; j < R; ++j) {
+        xs[j] = x + (i + j) * ldx;
+        os[j] = out + (i + j) * ldo + r;
+      }
+      fn.template operator()<R>(xs, os);
+      i += R;
+    };
+    while (i + 4 <= m) block.template operator()<4>();
+    if (i + 2 <= m) block.template operator()<2>();
+    if (i < m) block.template operator()<1>();
+  };
   constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
   if (n * k * static_cast<std::int64_t>(sizeof(float)) >= kStreamBytes) {
     parallel_for(ctx, n, grain_for(m * k), [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        std::int64_t i = 0;
-        for (; i + 4 <= m; i += 4) {
-          const float* xs[4] = {x + i * ldx, x + (i + 1) * ldx, x + (i + 2) * ldx,
-                                x + (i + 3) * ldx};
-          float* os[4] = {out + i * ldo + r, out + (i + 1) * ldo + r, out + (i + 2) * ldo + r,
-                          out + (i + 3) * ldo + r};
-          vec::dot_x4(w + r * ldw, xs, k, os);
-        }
-        for (; i + 2 <= m; i += 2) {
-          vec::dot2(w + r * ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
-                    out + (i + 1) * ldo + r);
-        }
-        if (i < m) out[i * ldo + r] = vec::dot(w + r * ldw, x + i * ldx, k);
+        by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
+          vec::dot_rows<R>(w + r * ldw, xs, k, os);
+        });
       }
     });
     return;
@@ -235,18 +243,9 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
         }
         continue;
       }
-      std::int64_t i = 0;
-      for (; i + 4 <= m; i += 4) {
-        const float* xs[4] = {x + i * ldx, x + (i + 1) * ldx, x + (i + 2) * ldx, x + (i + 3) * ldx};
-        float* os[4] = {out + i * ldo + r, out + (i + 1) * ldo + r, out + (i + 2) * ldo + r,
-                        out + (i + 3) * ldo + r};
-        vec::dot4x4(w + r * ldw, ldw, xs, k, os);
-      }
-      for (; i + 2 <= m; i += 2) {
-        vec::dot4x2(w + r * ldw, ldw, x + i * ldx, x + (i + 1) * ldx, k, out + i * ldo + r,
-                    out + (i + 1) * ldo + r);
-      }
-      if (i < m) vec::dot4(w + r * ldw, ldw, x + i * ldx, k, out + i * ldo + r);
+      by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
+        vec::dot4_rows<R>(w + r * ldw, ldw, xs, k, os);
+      });
     }
   });
 }

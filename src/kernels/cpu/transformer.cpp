@@ -12,37 +12,49 @@
 
 namespace sinkgraph::kernels::cpu {
 
+namespace {
+
+// Rotates every head of one token's row (xr, out at orow, strides of x and o
+// past dim 0) for position `pos`. As llama2.c: freq = 1 / theta^(2i / D), in
+// f32. rope and rope_rows both call this, so a batched row is bitwise the
+// row rotated alone.
+template <typename T>
+void rope_token(const T* xr, T* orow, const TensorArg& x, const TensorArg& o, float pos,
+                float theta, bool half) {
+  const std::int64_t heads = x.sizes[1], d = x.sizes[2];
+  const std::int64_t pairs = d / 2;
+  for (std::int64_t i = 0; i < pairs; ++i) {
+    const float freq = 1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
+    const float angle = pos * freq;
+    const float c = std::cos(angle);
+    const float s = std::sin(angle);
+    const std::int64_t i0 = half ? i : 2 * i;
+    const std::int64_t i1 = half ? i + pairs : 2 * i + 1;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const T* xh = xr + h * x.strides[1];
+      T* oh = orow + h * o.strides[1];
+      const float a = load(xh + i0 * x.strides[2]);
+      const float b = load(xh + i1 * x.strides[2]);
+      store(oh + i0 * o.strides[2], a * c - b * s);
+      store(oh + i1 * o.strides[2], a * s + b * c);
+    }
+  }
+}
+
+}  // namespace
+
 void rope(const ArgBlock& args, KernelContext&) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& o = args.tensors[1];
   const std::int64_t pos0 = args.scalars[0].i;
   const auto theta = static_cast<float>(args.scalars[1].f);
   const bool half = args.scalars[2].i == 1;
-  const std::int64_t t_len = x.sizes[0], heads = x.sizes[1], d = x.sizes[2];
-  const std::int64_t pairs = d / 2;
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data) + x.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
-    for (std::int64_t t = 0; t < t_len; ++t) {
-      const auto pos = static_cast<float>(pos0 + t);
-      for (std::int64_t i = 0; i < pairs; ++i) {
-        // As llama2.c: freq = 1 / theta^(2i / D), in f32.
-        const float freq =
-            1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
-        const float angle = pos * freq;
-        const float c = std::cos(angle);
-        const float s = std::sin(angle);
-        const std::int64_t i0 = half ? i : 2 * i;
-        const std::int64_t i1 = half ? i + pairs : 2 * i + 1;
-        for (std::int64_t h = 0; h < heads; ++h) {
-          const T* xr = px + t * x.strides[0] + h * x.strides[1];
-          T* orow = po + t * o.strides[0] + h * o.strides[1];
-          const float a = load(xr + i0 * x.strides[2]);
-          const float b = load(xr + i1 * x.strides[2]);
-          store(orow + i0 * o.strides[2], a * c - b * s);
-          store(orow + i1 * o.strides[2], a * s + b * c);
-        }
-      }
+    for (std::int64_t t = 0; t < x.sizes[0]; ++t) {
+      rope_token(px + t * x.strides[0], po + t * o.strides[0], x, o, static_cast<float>(pos0 + t),
+                 theta, half);
     }
   });
 }
@@ -304,31 +316,13 @@ void rope_rows(const ArgBlock& args, KernelContext&) {
   const TensorArg& o = args.tensors[2];
   const auto theta = static_cast<float>(args.scalars[0].f);
   const bool half = args.scalars[1].i == 1;
-  const std::int64_t rows = x.sizes[0], heads = x.sizes[1], d = x.sizes[2];
-  const std::int64_t pairs = d / 2;
   const auto* pp = pos.ptr<std::int64_t>();
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data) + x.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
-    for (std::int64_t b = 0; b < rows; ++b) {
-      const auto p = static_cast<float>(pp[b * pos.strides[0]]);
-      for (std::int64_t i = 0; i < pairs; ++i) {
-        const float freq =
-            1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(d));
-        const float angle = p * freq;
-        const float c = std::cos(angle);
-        const float s = std::sin(angle);
-        const std::int64_t i0 = half ? i : 2 * i;
-        const std::int64_t i1 = half ? i + pairs : 2 * i + 1;
-        for (std::int64_t h = 0; h < heads; ++h) {
-          const T* xr = px + b * x.strides[0] + h * x.strides[1];
-          T* orow = po + b * o.strides[0] + h * o.strides[1];
-          const float a = load(xr + i0 * x.strides[2]);
-          const float bb = load(xr + i1 * x.strides[2]);
-          store(orow + i0 * o.strides[2], a * c - bb * s);
-          store(orow + i1 * o.strides[2], a * s + bb * c);
-        }
-      }
+    for (std::int64_t b = 0; b < x.sizes[0]; ++b) {
+      rope_token(px + b * x.strides[0], po + b * o.strides[0], x, o,
+                 static_cast<float>(pp[b * pos.strides[0]]), theta, half);
     }
   });
 }

@@ -17,7 +17,7 @@
 // Note [Explicit fma in tails]
 // C++ lets GCC contract a * b + c into one fused multiply-add wherever it
 // likes (-ffp-contract=fast is its default outside ISO C), and it chooses
-// per inlined copy: the scalar tail of dot4x2 was contracted differently from
+// per inlined copy: the scalar tail of a two-row dot4 was contracted differently from
 // dot4's, so a batched linear's row differed from the same row alone in the
 // last bit. Scalar tails therefore call std::fma, which rounds once
 // whatever the compiler decides; the lane loops are one `acc += v * x` per
@@ -70,80 +70,17 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
   return s;
 }
 
-// dot4 for four vectors x[0..4) at once: sixteen sums, each bitwise dot4's
-// for its pair (its own lanes, the same order). Sixteen accumulators and the
-// eight loads of a step fit AVX-512's 32 vector registers; with 16 (AVX2)
-// the compiler spills some, still correct.
-inline void dot4x4(const float* w0, std::int64_t ldw, const float* const* x, std::int64_t n,
-                   float* const* out) {
-  const float* w[4] = {w0, w0 + ldw, w0 + 2 * ldw, w0 + 3 * ldw};
-  F8 acc[4][4] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    F8 vw[4], vx[4];
-    for (int r = 0; r < 4; ++r) std::memcpy(&vw[r], w[r] + i, sizeof(F8));
-    for (int j = 0; j < 4; ++j) std::memcpy(&vx[j], x[j] + i, sizeof(F8));
-    for (int j = 0; j < 4; ++j) {
-      for (int r = 0; r < 4; ++r) acc[j][r] += vw[r] * vx[j];
-    }
-  }
-  for (int j = 0; j < 4; ++j) {
-    float s[4];
-    for (int r = 0; r < 4; ++r) s[r] = SG_LANE_SUM(acc[j][r]);
-    for (std::int64_t t = i; t < n; ++t) {
-      for (int r = 0; r < 4; ++r) s[r] = std::fma(w[r][t], x[j][t], s[r]);
-    }
-    for (int r = 0; r < 4; ++r) out[j][r] = s[r];
-  }
-}
-
-// dot(a, b0) and dot(a, b1) at once (a read once for both), each bitwise
-// dot's: its own two vectors of partial sums in the same order.
-inline void dot2(const float* a, const float* b0, const float* b1, std::int64_t n, float* out0,
-                 float* out1) {
-  F8 p0 = {}, p1 = {}, q0 = {}, q1 = {};
-  std::int64_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    F8 a0, a1, u0, u1, v0, v1;
-    std::memcpy(&a0, a + i, sizeof a0);
-    std::memcpy(&a1, a + i + kLanes, sizeof a1);
-    std::memcpy(&u0, b0 + i, sizeof u0);
-    std::memcpy(&u1, b0 + i + kLanes, sizeof u1);
-    std::memcpy(&v0, b1 + i, sizeof v0);
-    std::memcpy(&v1, b1 + i + kLanes, sizeof v1);
-    p0 += a0 * u0;
-    p1 += a1 * u1;
-    q0 += a0 * v0;
-    q1 += a1 * v1;
-  }
-  for (; i + kLanes <= n; i += kLanes) {
-    F8 va, u, v;
-    std::memcpy(&va, a + i, sizeof va);
-    std::memcpy(&u, b0 + i, sizeof u);
-    std::memcpy(&v, b1 + i, sizeof v);
-    p0 += va * u;
-    q0 += va * v;
-  }
-  const F8 p = p0 + p1, q = q0 + q1;
-  float s = SG_LANE_SUM(p), t = SG_LANE_SUM(q);
-  for (; i < n; ++i) {
-    s = std::fma(a[i], b0[i], s);
-    t = std::fma(a[i], b1[i], t);
-  }
-  *out0 = s;
-  *out1 = t;
-}
-
-// dot(a, b[j]) for four vectors b[0..4) at once (a read once for the four),
-// each bitwise dot's.
-inline void dot_x4(const float* a, const float* const* b, std::int64_t n, float* const* out) {
-  F8 p[4] = {}, q[4] = {};
+// dot(a, b[j]) for R vectors b[0..R) at once (a read once for all): each
+// bitwise dot's, its own two vectors of partial sums in the same order.
+template <int R>
+inline void dot_rows(const float* a, const float* const* b, std::int64_t n, float* const* out) {
+  F8 p[R] = {}, q[R] = {};
   std::int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     F8 a0, a1;
     std::memcpy(&a0, a + i, sizeof a0);
     std::memcpy(&a1, a + i + kLanes, sizeof a1);
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < R; ++j) {
       F8 u0, u1;
       std::memcpy(&u0, b[j] + i, sizeof u0);
       std::memcpy(&u1, b[j] + i + kLanes, sizeof u1);
@@ -154,13 +91,13 @@ inline void dot_x4(const float* a, const float* const* b, std::int64_t n, float*
   for (; i + kLanes <= n; i += kLanes) {
     F8 va;
     std::memcpy(&va, a + i, sizeof va);
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < R; ++j) {
       F8 u;
       std::memcpy(&u, b[j] + i, sizeof u);
       p[j] += va * u;
     }
   }
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < R; ++j) {
     const F8 acc = p[j] + q[j];
     float s = SG_LANE_SUM(acc);
     for (std::int64_t t = i; t < n; ++t) s = std::fma(a[t], b[j][t], s);
@@ -231,53 +168,33 @@ inline void dot4(const float* w0, std::int64_t ldw, const float* x, std::int64_t
   out[3] = s3;
 }
 
-// dot4 for two vectors x0 and x1 at once (each weight row read once for
-// both): out0[r] and out1[r] are bitwise dot4's, each pair summed in its own
-// lanes in the same order.
-inline void dot4x2(const float* w0, std::int64_t ldw, const float* x0, const float* x1,
-                   std::int64_t n, float* out0, float* out1) {
-  const float* w1 = w0 + ldw;
-  const float* w2 = w1 + ldw;
-  const float* w3 = w2 + ldw;
-  F8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+// dot4 for R vectors x[0..R) at once (each weight row read once for all):
+// out[j][r] = w[r, :] . x[j], each sum bitwise dot4's for its pair (its own
+// lanes, the same order). At R = 4 the sixteen accumulators and eight loads
+// of a step fit AVX-512's 32 vector registers; with 16 (AVX2) the compiler
+// spills some, still correct.
+template <int R>
+inline void dot4_rows(const float* w0, std::int64_t ldw, const float* const* x, std::int64_t n,
+                      float* const* out) {
+  const float* w[4] = {w0, w0 + ldw, w0 + 2 * ldw, w0 + 3 * ldw};
+  F8 acc[R][4] = {};
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    F8 vx, vy, v0, v1, v2, v3;
-    std::memcpy(&vx, x0 + i, sizeof vx);
-    std::memcpy(&vy, x1 + i, sizeof vy);
-    std::memcpy(&v0, w0 + i, sizeof v0);
-    std::memcpy(&v1, w1 + i, sizeof v1);
-    std::memcpy(&v2, w2 + i, sizeof v2);
-    std::memcpy(&v3, w3 + i, sizeof v3);
-    a0 += v0 * vx;
-    a1 += v1 * vx;
-    a2 += v2 * vx;
-    a3 += v3 * vx;
-    b0 += v0 * vy;
-    b1 += v1 * vy;
-    b2 += v2 * vy;
-    b3 += v3 * vy;
+    F8 vw[4], vx[R];
+    for (int r = 0; r < 4; ++r) std::memcpy(&vw[r], w[r] + i, sizeof(F8));
+    for (int j = 0; j < R; ++j) std::memcpy(&vx[j], x[j] + i, sizeof(F8));
+    for (int j = 0; j < R; ++j) {
+      for (int r = 0; r < 4; ++r) acc[j][r] += vw[r] * vx[j];
+    }
   }
-  float s0 = SG_LANE_SUM(a0), s1 = SG_LANE_SUM(a1), s2 = SG_LANE_SUM(a2), s3 = SG_LANE_SUM(a3);
-  float t0 = SG_LANE_SUM(b0), t1 = SG_LANE_SUM(b1), t2 = SG_LANE_SUM(b2), t3 = SG_LANE_SUM(b3);
-  for (; i < n; ++i) {
-    s0 = std::fma(w0[i], x0[i], s0);
-    s1 = std::fma(w1[i], x0[i], s1);
-    s2 = std::fma(w2[i], x0[i], s2);
-    s3 = std::fma(w3[i], x0[i], s3);
-    t0 = std::fma(w0[i], x1[i], t0);
-    t1 = std::fma(w1[i], x1[i], t1);
-    t2 = std::fma(w2[i], x1[i], t2);
-    t3 = std::fma(w3[i], x1[i], t3);
+  for (int j = 0; j < R; ++j) {
+    float s[4];
+    for (int r = 0; r < 4; ++r) s[r] = SG_LANE_SUM(acc[j][r]);
+    for (std::int64_t t = i; t < n; ++t) {
+      for (int r = 0; r < 4; ++r) s[r] = std::fma(w[r][t], x[j][t], s[r]);
+    }
+    for (int r = 0; r < 4; ++r) out[j][r] = s[r];
   }
-  out0[0] = s0;
-  out0[1] = s1;
-  out0[2] = s2;
-  out0[3] = s3;
-  out1[0] = t0;
-  out1[1] = t1;
-  out1[2] = t2;
-  out1[3] = t3;
 }
 
 // out[0..8) = sum_j w[j] * rows[j * stride + 0..8) for j < n: eight columns of
