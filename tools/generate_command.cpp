@@ -108,14 +108,14 @@ std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path, const 
 // the shipped stories260K checkpoint.
 constexpr const char* kBuiltin = "builtin";
 
-int run_batched(const CliOptions& o, const models::LlamaModel& model,
-                const std::string& model_path) {
+int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prompts,
+                const models::LlamaModel& model, const std::string& model_path) {
   SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
            "--prompts-file and --prompt-ids: give one of them");
   SG_CHECK(o.dump_logits.empty() && o.trace.empty() && !o.stream,
            "--prompts-file does not support --dump-logits, --trace or --stream yet");
   BatchOptions b;
-  b.prompts = read_prompts(o.prompts_file);
+  b.prompts = std::move(prompts);
   b.steps = o.steps;
   b.mode = parse_mode(o.mode);
   b.temperature = o.temperature;
@@ -174,12 +174,12 @@ int run(const CliOptions& o) {
   }
   if (!o.prompts_file.empty()) {
     SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
-    (void)read_prompts(o.prompts_file);  // a bad file fails before the model loads
+    auto prompts = read_prompts(o.prompts_file);  // a bad file fails before the model loads
     const std::string path = o.model.empty() ? default_model_path() : o.model;
     const models::LlamaModel model = path == kBuiltin
                                          ? models::random_model(models::builtin_config(), 0)
                                          : models::load_model(path);
-    return run_batched(o, model, path);
+    return run_batched(o, std::move(prompts), model, path);
   }
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);

@@ -195,10 +195,11 @@ namespace {
 //
 // Each weight row (or block of four) is read once for all of x's rows while
 // it sits in L1, and the parts split across the compute threads are weight
-// rows, never the sum. Every output element is the same dot() or dot4() of
-// its row whatever the number of rows, so a row's result is bitwise the
-// same alone or among others, at any thread count (batch invariance:
-// batched decoding must give each sequence the ids it gets alone).
+// rows, never the sum. Every output element is the same dot_rows() or
+// dot4_rows() sum of its row whatever the number of rows, so a row's result
+// is bitwise the same alone or among others, at any thread count (batch
+// invariance: batched decoding must give each sequence the ids it gets
+// alone).
 void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
                      std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                      KernelContext& ctx) {

@@ -17,11 +17,12 @@
 // Note [Explicit fma in tails]
 // C++ lets GCC contract a * b + c into one fused multiply-add wherever it
 // likes (-ffp-contract=fast is its default outside ISO C), and it chooses
-// per inlined copy: the scalar tail of a two-row dot4 was contracted differently from
-// dot4's, so a batched linear's row differed from the same row alone in the
-// last bit. Scalar tails therefore call std::fma, which rounds once
-// whatever the compiler decides; the lane loops are one `acc += v * x` per
-// vector, contracted alike in every copy (tests/ops/threads_test.cpp checks
+// per inlined copy: the scalar tail of a two-row copy of the four-row dot
+// product was contracted differently from the one-row copy's, so a batched
+// linear's row differed from the same row alone in the last bit. Scalar
+// tails therefore call std::fma, which rounds once whatever the compiler
+// decides; the lane loops are one `acc += v * x` per vector, contracted
+// alike in every copy (tests/ops/threads_test.cpp checks
 // the rows bitwise).
 #include <algorithm>
 #include <bit>
@@ -136,43 +137,12 @@ inline float max(const float* x, std::int64_t n) {
   return m;
 }
 
-// out[r] = w[r, :] . x for four rows at once (x is read once for the four).
-inline void dot4(const float* w0, std::int64_t ldw, const float* x, std::int64_t n, float* out) {
-  const float* w1 = w0 + ldw;
-  const float* w2 = w1 + ldw;
-  const float* w3 = w2 + ldw;
-  F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    F8 vx, v0, v1, v2, v3;
-    std::memcpy(&vx, x + i, sizeof vx);
-    std::memcpy(&v0, w0 + i, sizeof v0);
-    std::memcpy(&v1, w1 + i, sizeof v1);
-    std::memcpy(&v2, w2 + i, sizeof v2);
-    std::memcpy(&v3, w3 + i, sizeof v3);
-    a0 += v0 * vx;
-    a1 += v1 * vx;
-    a2 += v2 * vx;
-    a3 += v3 * vx;
-  }
-  float s0 = SG_LANE_SUM(a0), s1 = SG_LANE_SUM(a1), s2 = SG_LANE_SUM(a2), s3 = SG_LANE_SUM(a3);
-  for (; i < n; ++i) {
-    s0 = std::fma(w0[i], x[i], s0);
-    s1 = std::fma(w1[i], x[i], s1);
-    s2 = std::fma(w2[i], x[i], s2);
-    s3 = std::fma(w3[i], x[i], s3);
-  }
-  out[0] = s0;
-  out[1] = s1;
-  out[2] = s2;
-  out[3] = s3;
-}
-
-// dot4 for R vectors x[0..R) at once (each weight row read once for all):
-// out[j][r] = w[r, :] . x[j], each sum bitwise dot4's for its pair (its own
-// lanes, the same order). At R = 4 the sixteen accumulators and eight loads
-// of a step fit AVX-512's 32 vector registers; with 16 (AVX2) the compiler
-// spills some, still correct.
+// out[j][r] = w[r, :] . x[j] for four weight rows r and R vectors x[0..R)
+// (each weight row read once for all of them, x[j] once for the four rows).
+// Each pair has its own lanes, summed in the same order whatever R is, so a
+// pair's sum is bitwise the same at any R. At R = 4 the sixteen
+// accumulators and eight loads of a step fit AVX-512's 32 vector registers;
+// with 16 (AVX2) the compiler spills some, still correct.
 template <int R>
 inline void dot4_rows(const float* w0, std::int64_t ldw, const float* const* x, std::int64_t n,
                       float* const* out) {
