@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generate.h"
+#include "line_plot.h"
 #include "read_bandwidth.h"
 #include "reference.h"
 #include "sinkgraph/device.h"
@@ -348,105 +349,17 @@ FirstToken first_token_in_child(const std::string& model_args, sg::Mode mode, co
 }
 
 std::string svg_plot(const std::string& title, const std::vector<const Column*>& columns) {
-  constexpr double kW = 760, kH = 420, kL = 70, kR = 170, kT = 40, kB = 50;
-  double ymin = std::numeric_limits<double>::infinity(), ymax = 1, xmax = 1;
+  std::vector<sg::bench::PlotSeries> series;
   for (const Column* c : columns) {
-    const auto lat = c->latency_by_position();
-    xmax = std::max(xmax, static_cast<double>(lat.size()));
-    // Clip the scale at the 1st and 99th percentiles so one outlier does not
-    // flatten the rest.
-    std::vector<double> sorted = lat;
-    std::sort(sorted.begin(), sorted.end());
-    if (!sorted.empty()) {
-      ymax = std::max(ymax, sorted[sorted.size() * 99 / 100]);
-      ymin = std::min(ymin, sorted[sorted.size() / 100]);
-    }
+    sg::bench::PlotSeries s{c->label, {}, c->latency_by_position()};
+    for (std::size_t i = 0; i < s.y.size(); ++i) s.x.push_back(static_cast<double>(i + 1));
+    series.push_back(std::move(s));
   }
-  ymax *= 1.1;
-  ymin = std::isfinite(ymin) && ymin > 0 ? ymin / 1.1 : ymax / 10;
-  // Columns an order of magnitude apart (PyTorch beside the rest) get a log
-  // axis, or the fast ones would be a flat line at the bottom.
-  const bool log_axis = ymax / ymin > 8;
-  if (!log_axis) ymin = 0;
-  const double pw = kW - kL - kR, ph = kH - kT - kB;
-  const auto y_of = [&](double v) {
-    v = std::clamp(v, log_axis ? ymin : 0.0, ymax);
-    const double f = log_axis ? std::log(v / ymin) / std::log(ymax / ymin) : v / ymax;
-    return kT + ph - ph * f;
-  };
-  std::vector<double> ticks;
-  if (log_axis) {  // 1, 2, 5 times powers of ten
-    for (double decade = std::pow(10.0, std::floor(std::log10(ymin))); decade <= ymax;
-         decade *= 10) {
-      for (const double m : {1.0, 2.0, 5.0}) {
-        if (m * decade >= ymin && m * decade <= ymax) ticks.push_back(m * decade);
-      }
-    }
-  } else {
-    for (int i = 0; i <= 4; ++i) ticks.push_back(ymax * i / 4);
-  }
-  const char* colors[] = {"#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"};
-  std::ostringstream out;
-  out << fmt::format(
-      R"svg(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">)svg"
-      "\n",
-      kW, kH);
-  out << fmt::format(R"svg(<rect width="{}" height="{}" fill="white"/>)svg"
-                     "\n",
-                     kW, kH);
-  out << fmt::format(R"svg(<text x="{}" y="22" font-size="14">{}</text>)svg"
-                     "\n",
-                     kL, title);
-  out << fmt::format(
-      R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>)svg"
-      "\n",
-      kL, kT, pw, ph);
-  for (const double v : ticks) {
-    const double y = y_of(v);
-    out << fmt::format(R"svg(<text x="{}" y="{}" text-anchor="end">{:.0f}</text>)svg"
-                       "\n",
-                       kL - 6, y + 4, v);
-    out << fmt::format(R"svg(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#eee"/>)svg"
-                       "\n",
-                       kL, y, kL + pw, y);
-  }
-  for (int i = 0; i <= 4; ++i) {
-    const double xv = xmax * i / 4;
-    out << fmt::format(R"svg(<text x="{}" y="{}" text-anchor="middle">{:.0f}</text>)svg"
-                       "\n",
-                       kL + pw * i / 4, kT + ph + 18, xv);
-  }
-  out << fmt::format(
-      R"svg(<text x="{}" y="{}" text-anchor="middle">position (decode step)</text>)svg"
-      "\n",
-      kL + pw / 2, kH - 10);
-  out << fmt::format(
-      R"svg(<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">µs per token (median over runs{})</text>)svg"
-      "\n",
-      kT + ph / 2, kT + ph / 2, log_axis ? ", log scale" : "");
-  for (std::size_t c = 0; c < columns.size(); ++c) {
-    const auto lat = columns[c]->latency_by_position();
-    std::string points;
-    for (std::size_t i = 0; i < lat.size(); ++i) {
-      const double x = kL + pw * static_cast<double>(i + 1) / xmax;
-      const double y = y_of(lat[i]);
-      points += fmt::format("{:.1f},{:.1f} ", x, y);
-    }
-    const char* color = colors[c % 6];
-    out << fmt::format(R"svg(<polyline fill="none" stroke="{}" stroke-width="1.2" points="{}"/>)svg"
-                       "\n",
-                       color, points);
-    const double ly = kT + 16 + 18 * static_cast<double>(c);
-    out << fmt::format(
-        R"svg(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="3"/>)svg"
-        "\n",
-        kL + pw + 12, ly - 4, kL + pw + 32, ly - 4, color);
-    out << fmt::format(R"svg(<text x="{}" y="{}">{}</text>)svg"
-                       "\n",
-                       kL + pw + 38, ly, columns[c]->label);
-  }
-  out << "</svg>\n";
-  return out.str();
+  return sg::bench::line_plot({.title = title,
+                               .x_label = "position (decode step)",
+                               .y_label = "µs per token (median over runs)",
+                               .clip_outliers = true},
+                              series);
 }
 
 // One model to bench. It is loaded only when its turn comes and freed after:

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <set>
 #include <stdexcept>
 #include <string>
+
+#include <cblas.h>
 
 namespace sinkgraph::e2e {
 namespace {
@@ -68,6 +71,77 @@ float silu(float x) { return x / (1.0F + std::exp(-x)); }
 
 size_t sz(std::int64_t v) { return static_cast<size_t>(v); }
 
+// y[rows, d] = x[rows, n] @ W[d, n]^T: one cblas_sgemm, one pass over W for
+// every row. A single row takes forward()'s own loop instead: on this
+// project's machines OpenBLAS's sgemv and M = 1 sgemm read a large W at well
+// under the loop's speed (docs/performance.md, "Batched decoding").
+void matmul_rows(float* y, const float* x, const float* w, size_t rows, size_t n, size_t d) {
+  if (rows == 1) {
+    matmul(y, x, w, n, d);
+    return;
+  }
+  const auto ni = static_cast<int>(n), di = static_cast<int>(d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), di, ni, 1.0F, x, ni,
+              w, ni, 0.0F, y, di);
+}
+
+// The RoPE angles of position `pos`, as the rope kernel: freq = 1 /
+// theta^(2i/D) in f32.
+void rope_angles(float* cos_t, float* sin_t, std::int64_t pos, size_t head_size, float theta) {
+  for (size_t i = 0; i < head_size / 2; ++i) {
+    const float freq =
+        1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_size));
+    const float angle = static_cast<float>(pos) * freq;
+    cos_t[i] = std::cos(angle);
+    sin_t[i] = std::sin(angle);
+  }
+}
+
+struct Dims {
+  size_t head_size, n_heads, kv_dim, group;  // group: query heads per kv head
+  float scale;                               // 1 / sqrt(head_size)
+};
+
+// out[n_heads * head_size]: each query head h of `q` attends over positions
+// 0..p of one layer's cache, kv head h / group. `att` holds p + 1 floats.
+void attend(float* out, const float* q_all, const float* key_layer, const float* value_layer,
+            size_t p, const Dims& d, float* att) {
+  for (size_t h = 0; h < d.n_heads; ++h) {
+    const float* q = q_all + h * d.head_size;
+    const size_t kv_off = (h / d.group) * d.head_size;
+    for (size_t t = 0; t <= p; ++t) {
+      const float* k = key_layer + t * d.kv_dim + kv_off;
+      float score = 0.0F;
+      for (size_t i = 0; i < d.head_size; ++i) score += q[i] * k[i];
+      att[t] = score * d.scale;
+    }
+    softmax(att, p + 1);
+    float* o = out + h * d.head_size;
+    std::fill_n(o, d.head_size, 0.0F);
+    for (size_t t = 0; t <= p; ++t) {
+      const float* v = value_layer + t * d.kv_dim + kv_off;
+      const float a = att[t];
+      for (size_t i = 0; i < d.head_size; ++i) o[i] += a * v[i];
+    }
+  }
+}
+
+Dims dims_of(const models::LlamaConfig& c) {
+  return {sz(c.head_size()), sz(c.n_heads), sz(c.kv_dim()), sz(c.n_heads / c.n_kv_heads),
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_size())))};
+}
+
+void check_token(const models::LlamaConfig& c, std::int64_t token, std::int64_t pos) {
+  if (token < 0 || token >= c.vocab_size) {
+    throw std::out_of_range("ReferenceLlama: token " + std::to_string(token) +
+                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  }
+  if (pos < 0 || pos >= c.max_seq_len) {
+    throw std::out_of_range("ReferenceLlama: position " + std::to_string(pos) + " is outside [0, " +
+                            std::to_string(c.max_seq_len) + ")");
+  }
+}
+
 }  // namespace
 
 ReferenceLlama::ReferenceLlama(const sinkgraph::models::LlamaModel& model)
@@ -116,38 +190,22 @@ ReferenceLlama::ReferenceLlama(const sinkgraph::models::LlamaModel& model)
 }
 
 void ReferenceLlama::reset() {
-  std::fill(key_cache_.begin(), key_cache_.end(), 0.0F);
-  std::fill(value_cache_.begin(), value_cache_.end(), 0.0F);
+  for (auto* v : {&key_cache_, &value_cache_, &batch_.key_cache, &batch_.value_cache}) {
+    std::fill(v->begin(), v->end(), 0.0F);
+  }
 }
 
 std::span<const float> ReferenceLlama::forward(std::int64_t token, std::int64_t pos) {
   const models::LlamaConfig& c = config_;
-  if (token < 0 || token >= c.vocab_size) {
-    throw std::out_of_range("ReferenceLlama: token " + std::to_string(token) +
-                            " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-  }
-  if (pos < 0 || pos >= c.max_seq_len) {
-    throw std::out_of_range("ReferenceLlama: position " + std::to_string(pos) + " is outside [0, " +
-                            std::to_string(c.max_seq_len) + ")");
-  }
+  check_token(c, token, pos);
   const size_t dim = sz(c.dim), hidden = sz(c.hidden_dim), kv_dim = sz(c.kv_dim());
   const size_t head_size = sz(c.head_size()), n_heads = sz(c.n_heads);
   const size_t n_kv_heads = sz(c.n_kv_heads), seq_len = sz(c.max_seq_len);
-  const size_t group = n_heads / n_kv_heads;  // query heads per kv head
   const size_t p = sz(pos);
   const auto eps = static_cast<float>(c.norm_eps);
-  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_size)));
   const bool half = c.rope_style == ops::RopeStyle::half;
-
-  // RoPE angles for this position, as the rope kernel: freq = 1 / theta^(2i/D) in f32.
-  const auto theta = static_cast<float>(c.rope_theta);
-  for (size_t i = 0; i < head_size / 2; ++i) {
-    const float freq =
-        1.0F / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_size));
-    const float angle = static_cast<float>(pos) * freq;
-    rope_cos_[i] = std::cos(angle);
-    rope_sin_[i] = std::sin(angle);
-  }
+  const Dims d = dims_of(c);
+  rope_angles(rope_cos_.data(), rope_sin_.data(), pos, head_size, static_cast<float>(c.rope_theta));
 
   float* x = x_.data();
   std::copy_n(tok_embeddings_.data() + sz(token) * dim, dim, x);
@@ -165,27 +223,7 @@ std::span<const float> ReferenceLlama::forward(std::int64_t token, std::int64_t 
     float* value_layer = value_cache_.data() + l * seq_len * kv_dim;
     std::copy_n(k_.data(), kv_dim, key_layer + p * kv_dim);
     std::copy_n(v_.data(), kv_dim, value_layer + p * kv_dim);
-
-    // Each query head h attends over positions 0..pos of kv head h / group.
-    for (size_t h = 0; h < n_heads; ++h) {
-      const float* q = q_.data() + h * head_size;
-      const size_t kv_off = (h / group) * head_size;
-      float* att = att_.data();
-      for (size_t t = 0; t <= p; ++t) {
-        const float* k = key_layer + t * kv_dim + kv_off;
-        float score = 0.0F;
-        for (size_t i = 0; i < head_size; ++i) score += q[i] * k[i];
-        att[t] = score * scale;
-      }
-      softmax(att, p + 1);
-      float* out = xb_.data() + h * head_size;
-      std::fill_n(out, head_size, 0.0F);
-      for (size_t t = 0; t <= p; ++t) {
-        const float* v = value_layer + t * kv_dim + kv_off;
-        const float a = att[t];
-        for (size_t i = 0; i < head_size; ++i) out[i] += a * v[i];
-      }
-    }
+    attend(xb_.data(), q_.data(), key_layer, value_layer, p, d, att_.data());
     matmul(xb2_.data(), xb_.data(), w.wo.data(), dim, dim);
     for (size_t i = 0; i < dim; ++i) x[i] += xb2_[i];
 
@@ -201,6 +239,93 @@ std::span<const float> ReferenceLlama::forward(std::int64_t token, std::int64_t 
   rmsnorm(x, x, norm_.data(), dim, eps);
   matmul(logits_.data(), x, classifier_, dim, sz(c.vocab_size));
   return logits_;
+}
+
+std::span<const float> ReferenceLlama::forward_batched(std::span<const std::int64_t> tokens,
+                                                       std::span<const std::int64_t> pos,
+                                                       std::span<const std::int64_t> slots) {
+  const models::LlamaConfig& c = config_;
+  if (tokens.size() != pos.size() || tokens.size() != slots.size() || tokens.empty()) {
+    throw std::invalid_argument(
+        "ReferenceLlama::forward_batched: tokens, pos and slots need one "
+        "entry per row, and at least one row");
+  }
+  const size_t rows = tokens.size();
+  std::set<std::int64_t> used;
+  for (size_t r = 0; r < rows; ++r) {
+    check_token(c, tokens[r], pos[r]);
+    if (slots[r] < 0 || !used.insert(slots[r]).second) {
+      throw std::invalid_argument("ReferenceLlama::forward_batched: slot " +
+                                  std::to_string(slots[r]) + " is negative or used twice");
+    }
+  }
+  const size_t dim = sz(c.dim), hidden = sz(c.hidden_dim), kv_dim = sz(c.kv_dim());
+  const size_t head_size = sz(c.head_size()), n_heads = sz(c.n_heads);
+  const size_t n_kv_heads = sz(c.n_kv_heads), seq_len = sz(c.max_seq_len);
+  const size_t vocab = sz(c.vocab_size), layers = layers_.size();
+  const auto eps = static_cast<float>(c.norm_eps);
+  const bool half = c.rope_style == ops::RopeStyle::half;
+  const Dims d = dims_of(c);
+
+  Batch& b = batch_;
+  if (b.x.size() < rows * dim) {
+    for (auto* v : {&b.x, &b.xb, &b.xb2, &b.q}) v->resize(rows * dim);
+    for (auto* v : {&b.hb, &b.hb2}) v->resize(rows * hidden);
+    for (auto* v : {&b.k, &b.v}) v->resize(rows * kv_dim);
+    b.logits.resize(rows * vocab);
+  }
+  const size_t slot_floats = layers * seq_len * kv_dim;
+  const auto highest = static_cast<size_t>(*used.rbegin());
+  if (highest >= b.slots) {
+    b.slots = highest + 1;
+    b.key_cache.resize(b.slots * slot_floats, 0.0F);
+    b.value_cache.resize(b.slots * slot_floats, 0.0F);
+  }
+
+  for (size_t r = 0; r < rows; ++r) {
+    std::copy_n(tok_embeddings_.data() + sz(tokens[r]) * dim, dim, b.x.data() + r * dim);
+  }
+  for (size_t l = 0; l < layers; ++l) {
+    const Layer& w = layers_[l];
+    for (size_t r = 0; r < rows; ++r) {
+      rmsnorm(b.xb.data() + r * dim, b.x.data() + r * dim, w.attention_norm.data(), dim, eps);
+    }
+    matmul_rows(b.q.data(), b.xb.data(), w.wq.data(), rows, dim, dim);
+    matmul_rows(b.k.data(), b.xb.data(), w.wk.data(), rows, dim, kv_dim);
+    matmul_rows(b.v.data(), b.xb.data(), w.wv.data(), rows, dim, kv_dim);
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t p = sz(pos[r]);
+      rope_angles(rope_cos_.data(), rope_sin_.data(), pos[r], head_size,
+                  static_cast<float>(c.rope_theta));
+      float* q = b.q.data() + r * dim;
+      float* k = b.k.data() + r * kv_dim;
+      rope(q, n_heads, head_size, rope_cos_.data(), rope_sin_.data(), half);
+      rope(k, n_kv_heads, head_size, rope_cos_.data(), rope_sin_.data(), half);
+      const size_t layer_off = sz(slots[r]) * slot_floats + l * seq_len * kv_dim;
+      float* key_layer = b.key_cache.data() + layer_off;
+      float* value_layer = b.value_cache.data() + layer_off;
+      std::copy_n(k, kv_dim, key_layer + p * kv_dim);
+      std::copy_n(b.v.data() + r * kv_dim, kv_dim, value_layer + p * kv_dim);
+      attend(b.xb.data() + r * dim, q, key_layer, value_layer, p, d, att_.data());
+    }
+    matmul_rows(b.xb2.data(), b.xb.data(), w.wo.data(), rows, dim, dim);
+    for (size_t i = 0; i < rows * dim; ++i) b.x[i] += b.xb2[i];
+
+    for (size_t r = 0; r < rows; ++r) {
+      rmsnorm(b.xb.data() + r * dim, b.x.data() + r * dim, w.ffn_norm.data(), dim, eps);
+    }
+    matmul_rows(b.hb.data(), b.xb.data(), w.w1.data(), rows, dim, hidden);
+    matmul_rows(b.hb2.data(), b.xb.data(), w.w3.data(), rows, dim, hidden);
+    for (size_t i = 0; i < rows * hidden; ++i) b.hb[i] = silu(b.hb[i]) * b.hb2[i];
+    matmul_rows(b.xb.data(), b.hb.data(), w.w2.data(), rows, hidden, dim);
+    for (size_t i = 0; i < rows * dim; ++i) b.x[i] += b.xb[i];
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    float* x = b.x.data() + r * dim;
+    rmsnorm(x, x, norm_.data(), dim, eps);
+  }
+  matmul_rows(b.logits.data(), b.x.data(), classifier_, rows, dim, vocab);
+  return {b.logits.data(), rows * vocab};
 }
 
 }  // namespace sinkgraph::e2e
