@@ -90,11 +90,16 @@ using CompositeIntoFn = Tensor (*)(std::span<const Tensor* const> tensors,
 // (inplace_pass, input_inplace_pass), and is fused by fuse_elementwise, which
 // emits it as `pointwise_fn` in a fused program (Note [Fused elementwise
 // programs]: a UnaryFn or BinaryFn index, unused by the scalar forms).
+//
+// `collective` marks an operator that exchanges data with other processes
+// (Note [Collectives] in sinkgraph/collectives.h): every rank must run the
+// same ones in the same order, so no pass merges or fuses one.
 enum class Pointwise : std::uint8_t { none, unary, binary, add_scalar, mul_scalar };
 
 struct OpTraits {
   Pointwise pointwise = Pointwise::none;
   int pointwise_fn = -1;
+  bool collective = false;
 };
 
 // Note [Kernel scalars]

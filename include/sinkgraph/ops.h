@@ -90,6 +90,15 @@ SG_API Tensor fill_(const Tensor& dst, double value);
 // [0, S) is a sticky kernel error.
 SG_API Tensor index_copy_rows_(const Tensor& dst, const Tensor& index, const Tensor& src);
 
+// Collectives over process group `group` (Note [Collectives] in
+// sinkgraph/collectives.h; sinkgraph::dist::Communicator names its group and
+// installs the backend). x: contiguous f32. all_reduce: the elementwise sum
+// of every rank's x. all_gather: every rank's x concatenated along
+// dimension 0 in rank order (the output's dimension 0 is `size` times x's);
+// `size` must be the group's size.
+SG_API Tensor all_reduce(const Tensor& x, std::int64_t group);
+SG_API Tensor all_gather(const Tensor& x, std::int64_t group, std::int64_t size);
+
 // Scaled dot-product attention over a KV cache. q[T, Hq, D]; k, v[S, Hkv, D]
 // with Hq a multiple of Hkv (grouped-query: query head h reads kv head
 // h / (Hq / Hkv)). The first seq_len cached positions are visible (seq_len

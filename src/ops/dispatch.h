@@ -61,6 +61,7 @@ void register_elementwise_ops(OpRegistry& registry);
 void register_nn_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_memory_ops(OpRegistry& registry);
+void register_collective_ops(OpRegistry& registry);
 void register_fused_ops(OpRegistry& registry);
 void register_vision_ops(OpRegistry& registry);
 void register_reduce_ops(OpRegistry& registry);

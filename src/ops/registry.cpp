@@ -40,6 +40,7 @@ OpRegistry::OpRegistry() {
   detail::register_fused_ops(*this);
   detail::register_vision_ops(*this);
   detail::register_reduce_ops(*this);
+  detail::register_collective_ops(*this);
   // Then each backend's kernels (which backends: chosen in CMake).
   detail::register_cpu_kernels(*this);
   detail::register_cuda_kernels(*this);

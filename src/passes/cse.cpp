@@ -31,7 +31,11 @@ void cse(ir::Graph& graph, PassContext& /*ctx*/) {
   detail::Replacements replaced;
   for (ir::Node* node : nodes) {
     replaced.resolve_operands(*node);  // repeats of repeats merge too
-    if (detail::mutates(*node) || touches_mutated(*node)) continue;
+    // Collectives stay one call each (Note [Collectives]).
+    if (detail::mutates(*node) || touches_mutated(*node) ||
+        (node->op != nullptr && node->op->traits.collective)) {
+      continue;
+    }
     std::string key = node->op_name();
     key += '(';
     for (const ir::Value* v : node->operands) key += v->name + ',';

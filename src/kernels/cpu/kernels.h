@@ -47,6 +47,10 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx);  // (x, w, b, out); (
 void argmax(const ArgBlock& args, KernelContext& ctx);      // (x, out)
 void sample(const ArgBlock& args, KernelContext& ctx);      // (x, out; temperature, seed, offset)
 
+// Collectives (collective.cpp; Note [Collectives] in sinkgraph/collectives.h).
+void all_reduce(const ArgBlock& args, KernelContext& ctx);  // (x, out); (group: i)
+void all_gather(const ArgBlock& args, KernelContext& ctx);  // (x, out); (group: i, size: i)
+
 // Transformer pieces.
 void rope(const ArgBlock& args, KernelContext& ctx);  // (x, out); (pos0: i, theta: f, style: i)
 void rope_rows(const ArgBlock& args, KernelContext& ctx);  // (x, pos, out); (theta: f, style: i)

@@ -55,6 +55,9 @@ void register_cpu_kernels(OpRegistry& r) {
       {"sdpa", k::sdpa},
       {"argmax", k::argmax},
       {"sample", k::sample},
+      // Collectives.
+      {"all_reduce", k::all_reduce},
+      {"all_gather", k::all_gather},
       // Vision and reductions.
       {"conv2d", k::conv2d},
       {"batch_norm", k::batch_norm},
