@@ -42,6 +42,18 @@ struct SG_API LlamaConfig {
   [[nodiscard]] std::string str() const;
 };
 
+// Tensor parallelism, Megatron's split (Note [Tensor-parallel Llama] in
+// llama.cpp): rank `rank` of `size` holds whole heads (n_heads / size query
+// heads, n_kv_heads / size kv heads: q/k/v split by output rows), wo and w2
+// split by input columns with their partial products summed over process
+// group `group` (ops::all_reduce), w1/w3 split by output rows; embedding,
+// norms and classifier replicated. size 1: the whole model, no collective.
+struct TensorParallel {
+  std::int64_t group = 0;  // the collective group (dist::Communicator::group())
+  std::int64_t rank = 0;
+  std::int64_t size = 1;
+};
+
 struct LlamaLayer {
   Tensor attention_norm;  // [dim]
   Tensor wq, wk, wv, wo;  // [dim, dim], [kv_dim, dim], [kv_dim, dim], [dim, dim]
@@ -58,10 +70,16 @@ struct LlamaWeights {
 
 class SG_API LlamaModel {
  public:
-  LlamaModel(LlamaConfig config, LlamaWeights weights);
+  // `weights` are the whole model's, or with tp.size > 1 rank tp.rank's
+  // shard of them (shard_model); `config` is always the whole model's.
+  LlamaModel(LlamaConfig config, LlamaWeights weights, TensorParallel tp = {});
 
   [[nodiscard]] const LlamaConfig& config() const { return config_; }
   [[nodiscard]] const LlamaWeights& weights() const { return weights_; }
+  [[nodiscard]] const TensorParallel& tensor_parallel() const { return tp_; }
+  // Bytes of the weights this process holds (a shard's, under tensor
+  // parallelism; the shared classifier counted once).
+  [[nodiscard]] std::int64_t weight_bytes() const;
 
   // The forward pass over `tokens` (i64 [P]) at positions pos0 .. pos0+P-1,
   // writing the KV cache in place; returns logits [P, vocab]. Ordinary model
@@ -69,9 +87,9 @@ class SG_API LlamaModel {
   [[nodiscard]] Tensor forward(const Tensor& tokens, const SymInt& pos0,
                                const Tensor& kv_cache) const;
   // A zeroed KV cache for this model: [n_layers, 2, positions, n_kv_heads,
-  // head_size], for max_seq_len positions unless fewer are asked for (size it
-  // by the work: a prompt plus the steps to generate). forward() reads the
-  // number of positions from the cache it is given.
+  // head_size] (this rank's kv heads under tensor parallelism), for max_seq_len positions unless
+  // fewer are asked for (size it by the work: a prompt plus the steps to generate). forward() reads
+  // the number of positions from the cache it is given.
   [[nodiscard]] Tensor new_kv_cache() const;
   [[nodiscard]] Tensor new_kv_cache(std::int64_t positions) const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).
@@ -102,7 +120,14 @@ class SG_API LlamaModel {
  private:
   LlamaConfig config_;
   LlamaWeights weights_;
+  TensorParallel tp_;
 };
+
+// Rank tp.rank's shard of `model` (TensorParallel above): the slices are
+// copied, so `model` can be released after. Throws sinkgraph::Error when
+// tp.size does not divide n_heads, n_kv_heads and hidden_dim, or for a rank
+// outside [0, size).
+SG_API LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp);
 
 // The built-in default model (DESIGN.md): dim 288, 6 layers, 6 heads, 6 kv
 // heads, hidden 768, vocab 32000, seq_len 256, random weights from seed 0.

@@ -51,9 +51,10 @@ std::string LlamaConfig::str() const {
 std::string LlamaModel::trace_key() const {
   // Bump the leading tag when forward() changes what it records.
   std::ostringstream out;
-  out << "sinkgraph.llama.forward/1: " << config_.str() << ", norm_eps " << std::hexfloat
+  out << "sinkgraph.llama.forward/2: " << config_.str() << ", norm_eps " << std::hexfloat
       << config_.norm_eps << ", rope_theta " << config_.rope_theta << ", weights "
-      << dtype_name(weights_.tok_embeddings.dtype());
+      << dtype_name(weights_.tok_embeddings.dtype()) << std::dec << ", tensor parallel " << tp_.rank
+      << "/" << tp_.size << " group " << tp_.group;
   return out.str();
 }
 
@@ -67,12 +68,30 @@ void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
            "; expected f32");
 }
 
+// The per-rank sizes of a tensor-parallel split (everything whole at size 1).
+struct Split {
+  std::int64_t heads, kv_heads, hidden;
+};
+
+Split split_of(const LlamaConfig& c, const TensorParallel& tp) {
+  SG_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "model: tensor-parallel rank ",
+           tp.rank, " of ", tp.size, " is not a rank in [0, size)");
+  SG_CHECK(tp.group >= 0, "model: tensor-parallel group ", tp.group, " is negative");
+  SG_CHECK(c.n_heads % tp.size == 0 && c.n_kv_heads % tp.size == 0 && c.hidden_dim % tp.size == 0,
+           "model: tensor parallelism over ", tp.size, " processes needs it to divide n_heads (",
+           c.n_heads, "), n_kv_heads (", c.n_kv_heads, ") and hidden_dim (", c.hidden_dim,
+           "): each rank holds whole heads");
+  return {c.n_heads / tp.size, c.n_kv_heads / tp.size, c.hidden_dim / tp.size};
+}
+
 }  // namespace
 
-LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
-    : config_(config), weights_(std::move(weights)) {
+LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, TensorParallel tp)
+    : config_(config), weights_(std::move(weights)), tp_(tp) {
   config_.validate("model");
   const LlamaConfig& c = config_;
+  const Split s = split_of(c, tp_);
+  const std::int64_t d = c.head_size();
   check_shape(weights_.tok_embeddings, {c.vocab_size, c.dim}, "tok_embeddings.weight");
   SG_CHECK(static_cast<std::int64_t>(weights_.layers.size()) == c.n_layers,
            "model: ", weights_.layers.size(), " layers of weights for n_layers ", c.n_layers);
@@ -80,14 +99,14 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
     const LlamaLayer& l = weights_.layers[i];
     const std::string p = "layers." + std::to_string(i) + ".";
     check_shape(l.attention_norm, {c.dim}, p + "attention_norm.weight");
-    check_shape(l.wq, {c.dim, c.dim}, p + "attention.wq.weight");
-    check_shape(l.wk, {c.kv_dim(), c.dim}, p + "attention.wk.weight");
-    check_shape(l.wv, {c.kv_dim(), c.dim}, p + "attention.wv.weight");
-    check_shape(l.wo, {c.dim, c.dim}, p + "attention.wo.weight");
+    check_shape(l.wq, {s.heads * d, c.dim}, p + "attention.wq.weight");
+    check_shape(l.wk, {s.kv_heads * d, c.dim}, p + "attention.wk.weight");
+    check_shape(l.wv, {s.kv_heads * d, c.dim}, p + "attention.wv.weight");
+    check_shape(l.wo, {c.dim, s.heads * d}, p + "attention.wo.weight");
     check_shape(l.ffn_norm, {c.dim}, p + "ffn_norm.weight");
-    check_shape(l.w1, {c.hidden_dim, c.dim}, p + "feed_forward.w1.weight");
-    check_shape(l.w2, {c.dim, c.hidden_dim}, p + "feed_forward.w2.weight");
-    check_shape(l.w3, {c.hidden_dim, c.dim}, p + "feed_forward.w3.weight");
+    check_shape(l.w1, {s.hidden, c.dim}, p + "feed_forward.w1.weight");
+    check_shape(l.w2, {c.dim, s.hidden}, p + "feed_forward.w2.weight");
+    check_shape(l.w3, {s.hidden, c.dim}, p + "feed_forward.w3.weight");
   }
   check_shape(weights_.norm, {c.dim}, "norm.weight");
   if (!weights_.output.defined()) weights_.output = weights_.tok_embeddings;
@@ -97,12 +116,32 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights)
 
 namespace {
 
+// Note [Tensor-parallel Llama]
+// Megatron's split of a layer over `size` processes, each holding whole
+// heads: q, k and v are split by output rows (rank r computes heads
+// [r * H/size, (r + 1) * H/size) and keeps their K/V in its own cache), so
+// attention needs no communication; wo is split by input columns, so each
+// rank's product over its heads is a partial sum of the whole output, and
+// one all_reduce adds the partials. The feed-forward does the same: w1 and
+// w3 by output rows (a slice of the hidden units), w2 by input columns, one
+// all_reduce. Two collectives per layer, each of [tokens, dim] floats;
+// everything else (embedding, norms, classifier) is replicated, so every
+// rank computes the same logits. A rank's partial products sum in another
+// order than the whole model's, so logits agree within rounding, not
+// bitwise.
+
+// The sum over the tensor-parallel group of each rank's partial `x` (x
+// itself without tensor parallelism).
+Tensor reduce_partial(const Tensor& x, const TensorParallel& tp) {
+  return tp.size > 1 ? ops::all_reduce(x, tp.group) : x;
+}
+
 // A layer's SwiGLU feed-forward with its residual: x + w2(silu(w1 h) * w3 h),
 // h = rms_norm(x).
-Tensor feed_forward(const Tensor& x, const LlamaLayer& w, double eps) {
+Tensor feed_forward(const Tensor& x, const LlamaLayer& w, double eps, const TensorParallel& tp) {
   const Tensor h = ops::rms_norm(x, w.ffn_norm, eps);
   const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
-  return ops::add(x, ops::linear(gate, w.w2));
+  return ops::add(x, reduce_partial(ops::linear(gate, w.w2), tp));
 }
 
 }  // namespace
@@ -111,26 +150,27 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
   const LlamaConfig& c = config_;
   const SymInt p = tokens.sym_size(0);
   const std::int64_t d = c.head_size();
+  const Split s = split_of(c, tp_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [P, dim]
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     // Attention: q, k, v; rotate q and k; write k and v into the cache at pos0.
     const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
-    Tensor q = ops::view(ops::linear(h, w.wq), {p, c.n_heads, d});
-    Tensor k = ops::view(ops::linear(h, w.wk), {p, c.n_kv_heads, d});
-    const Tensor v = ops::view(ops::linear(h, w.wv), {p, c.n_kv_heads, d});
+    Tensor q = ops::view(ops::linear(h, w.wq), {p, s.heads, d});
+    Tensor k = ops::view(ops::linear(h, w.wk), {p, s.kv_heads, d});
+    const Tensor v = ops::view(ops::linear(h, w.wv), {p, s.kv_heads, d});
     q = ops::rope(q, pos0, c.rope_theta, c.rope_style);
     k = ops::rope(k, pos0, c.rope_theta, c.rope_style);
     const Tensor layer = ops::narrow(kv_cache, 0, l, 1);  // [1, 2, S, Hkv, D]
-    const SymShape cache_shape{kv_cache.sym_size(2), c.n_kv_heads, d};
+    const SymShape cache_shape{kv_cache.sym_size(2), s.kv_heads, d};
     const Tensor k_cache = ops::view(ops::narrow(layer, 1, 0, 1), cache_shape);
     const Tensor v_cache = ops::view(ops::narrow(layer, 1, 1, 1), cache_shape);
     ops::index_copy_(k_cache, pos0, k);
     ops::index_copy_(v_cache, pos0, v);
     const Tensor a = ops::attention(q, k_cache, v_cache, pos0 + p, scale);
-    x = ops::add(x, ops::linear(ops::view(a, {p, c.dim}), w.wo));
-    x = feed_forward(x, w, c.norm_eps);
+    x = ops::add(x, reduce_partial(ops::linear(ops::view(a, {p, s.heads * d}), w.wo), tp_));
+    x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
   return ops::linear(x, weights_.output);  // [P, vocab]
@@ -154,15 +194,16 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
            shape_str(tokens.sym_shape()), " and a cache", shape_str(kv_cache.sym_shape()));
   const SymInt b = tokens.sym_size(0);
   const std::int64_t d = c.head_size();
+  const Split s = split_of(c, tp_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const Tensor slots = ops::narrow(kv_cache, 0, 0, b);         // the first B slots
   Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [B, dim]
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
-    Tensor q = ops::view(ops::linear(h, w.wq), {b, c.n_heads, d});
-    Tensor k = ops::view(ops::linear(h, w.wk), {b, c.n_kv_heads, d});
-    const Tensor v = ops::view(ops::linear(h, w.wv), {b, c.n_kv_heads, d});
+    Tensor q = ops::view(ops::linear(h, w.wq), {b, s.heads, d});
+    Tensor k = ops::view(ops::linear(h, w.wk), {b, s.kv_heads, d});
+    const Tensor v = ops::view(ops::linear(h, w.wv), {b, s.kv_heads, d});
     q = ops::rope_rows(q, pos, c.rope_theta, c.rope_style);
     k = ops::rope_rows(k, pos, c.rope_theta, c.rope_style);
     // [B, 2, S, Hkv, D], then k and v [B, S, Hkv, D]: strided views of the
@@ -173,8 +214,8 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
     ops::index_copy_rows_(k_cache, pos, k);
     ops::index_copy_rows_(v_cache, pos, v);
     const Tensor a = ops::attention_rows(q, k_cache, v_cache, pos, scale);
-    x = ops::add(x, ops::linear(ops::view(a, {b, c.dim}), w.wo));
-    x = feed_forward(x, w, c.norm_eps);
+    x = ops::add(x, reduce_partial(ops::linear(ops::view(a, {b, s.heads * d}), w.wo), tp_));
+    x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
   return ops::linear(x, weights_.output);  // [B, vocab]
@@ -185,7 +226,7 @@ Tensor LlamaModel::new_batched_kv_cache(std::int64_t slots, std::int64_t positio
   SG_CHECK(slots >= 1, "new_batched_kv_cache: ", slots, " slots; at least one is needed");
   SG_CHECK(positions >= 1 && positions <= c.max_seq_len, "new_batched_kv_cache: ", positions,
            " positions; the model takes 1 to max_seq_len = ", c.max_seq_len);
-  return ops::zeros({slots, c.n_layers, 2, positions, c.n_kv_heads, c.head_size()});
+  return ops::zeros({slots, c.n_layers, 2, positions, split_of(c, tp_).kv_heads, c.head_size()});
 }
 
 TracedFn LlamaModel::as_batched_function() const {
@@ -203,7 +244,7 @@ Tensor LlamaModel::new_kv_cache(std::int64_t positions) const {
   const LlamaConfig& c = config_;
   SG_CHECK(positions >= 1 && positions <= c.max_seq_len, "new_kv_cache: ", positions,
            " positions; the model takes 1 to max_seq_len = ", c.max_seq_len);
-  return ops::zeros({c.n_layers, 2, positions, c.n_kv_heads, c.head_size()});
+  return ops::zeros({c.n_layers, 2, positions, split_of(c, tp_).kv_heads, c.head_size()});
 }
 
 TracedFn LlamaModel::as_function() const {
@@ -276,6 +317,50 @@ LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed) {
   w.norm = ones(c.dim);
   w.output = c.shared_classifier ? w.tok_embeddings : uniform({c.vocab_size, c.dim}, fan_in(c.dim));
   return LlamaModel(config, std::move(w));
+}
+
+std::int64_t LlamaModel::weight_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [name, t] : named_parameters()) {
+    if (name == "output.weight" && config_.shared_classifier) continue;  // the embedding
+    bytes += t->numel() * static_cast<std::int64_t>(dtype_size(t->dtype()));
+  }
+  return bytes;
+}
+
+LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
+  SG_CHECK(model.tensor_parallel().size == 1, "shard_model: the model is already a shard (rank ",
+           model.tensor_parallel().rank, " of ", model.tensor_parallel().size, ")");
+  const LlamaConfig& c = model.config();
+  const Split s = split_of(c, tp);
+  const std::int64_t d = c.head_size();
+  // This rank's rows [r * n, (r + 1) * n) of w (dim 0) or columns (dim 1),
+  // copied out so that the whole tensor can be released.
+  const auto part = [&](const Tensor& w, int dim, std::int64_t n) {
+    const Tensor slice = ops::narrow(w, dim, tp.rank * n, n);
+    Tensor out = ops::zeros(slice.sym_shape());
+    ops::copy_(out, slice);
+    return out;
+  };
+  const LlamaWeights& src = model.weights();
+  LlamaWeights w;
+  w.tok_embeddings = src.tok_embeddings;
+  for (const LlamaLayer& l : src.layers) {
+    LlamaLayer out;
+    out.attention_norm = l.attention_norm;
+    out.wq = part(l.wq, 0, s.heads * d);
+    out.wk = part(l.wk, 0, s.kv_heads * d);
+    out.wv = part(l.wv, 0, s.kv_heads * d);
+    out.wo = part(l.wo, 1, s.heads * d);
+    out.ffn_norm = l.ffn_norm;
+    out.w1 = part(l.w1, 0, s.hidden);
+    out.w2 = part(l.w2, 1, s.hidden);
+    out.w3 = part(l.w3, 0, s.hidden);
+    w.layers.push_back(std::move(out));
+  }
+  w.norm = src.norm;
+  w.output = src.output;
+  return LlamaModel(c, std::move(w), tp);
 }
 
 }  // namespace sinkgraph::models
