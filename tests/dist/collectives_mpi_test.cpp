@@ -149,13 +149,3 @@ TEST(dist, errors_are_raised_and_the_group_still_works) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  dist::init();
-  const int failed = RUN_ALL_TESTS();
-  sg::current_stream().synchronize();
-  // A rank that failed ends the job, so the others never wait on it.
-  if (failed != 0) dist::abort(1);
-  return 0;
-}

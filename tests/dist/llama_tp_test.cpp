@@ -13,7 +13,6 @@
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/dist.h"
 #include "sinkgraph/llama.h"
-#include "sinkgraph/stream.h"
 
 namespace {
 
@@ -108,12 +107,3 @@ TEST(llama_tp, a_split_that_breaks_heads_is_refused) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  dist::init();
-  const int failed = RUN_ALL_TESTS();
-  sg::current_stream().synchronize();
-  if (failed != 0) dist::abort(1);  // the others must not wait on this rank
-  return 0;
-}
