@@ -87,9 +87,10 @@ class SG_API LlamaModel {
   [[nodiscard]] Tensor forward(const Tensor& tokens, const SymInt& pos0,
                                const Tensor& kv_cache) const;
   // A zeroed KV cache for this model: [n_layers, 2, positions, n_kv_heads,
-  // head_size] (this rank's kv heads under tensor parallelism), for max_seq_len positions unless
-  // fewer are asked for (size it by the work: a prompt plus the steps to generate). forward() reads
-  // the number of positions from the cache it is given.
+  // head_size] (this rank's kv heads under tensor parallelism), for
+  // max_seq_len positions unless fewer are asked for (size it by the work: a
+  // prompt plus the steps to generate). forward() reads the number of
+  // positions from the cache it is given.
   [[nodiscard]] Tensor new_kv_cache() const;
   [[nodiscard]] Tensor new_kv_cache(std::int64_t positions) const;
   // forward() as a TracedFn over (tokens, pos0 SymInt, kv_cache).

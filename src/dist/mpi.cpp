@@ -19,8 +19,9 @@ namespace {
 std::string mpi_error(int rc) {
   std::array<char, MPI_MAX_ERROR_STRING> text{};
   int len = 0;
-  if (MPI_Error_string(rc, text.data(), &len) != MPI_SUCCESS)
+  if (MPI_Error_string(rc, text.data(), &len) != MPI_SUCCESS) {
     return "MPI error " + std::to_string(rc);
+  }
   return std::string(text.data(), static_cast<std::size_t>(len));
 }
 
@@ -88,7 +89,9 @@ class MpiBackend final : public CollectiveBackend {
 };
 
 MpiBackend& backend() {
-  static MpiBackend b;  // never destroyed before MPI is finalized (at exit, below)
+  // Constructed before init() registers finalize_at_exit, so destroyed after
+  // MPI is finalized.
+  static MpiBackend b;
   return b;
 }
 
@@ -112,6 +115,7 @@ bool launched_by_mpi() {
 
 void init() {
   std::call_once(g_init, [] {
+    MpiBackend& b = backend();
     int already = 0;
     MPI_Initialized(&already);
     int provided = 0;
@@ -126,7 +130,7 @@ void init() {
              provided,
              ", below MPI_THREAD_MULTIPLE; collectives run on stream worker threads and need it "
              "(Note [MPI threading])");
-    set_collective_backend(&backend());
+    set_collective_backend(&b);
   });
 }
 
