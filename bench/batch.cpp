@@ -44,6 +44,7 @@
 
 #include "batch_generate.h"
 #include "line_plot.h"
+#include "random_config.h"
 #include "reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
@@ -188,29 +189,7 @@ struct BenchModel {
   std::function<sg::models::LlamaModel()> load;
 };
 
-sg::models::LlamaConfig random_config(bool tiny) {
-  sg::models::LlamaConfig c;
-  if (tiny) {
-    c.dim = 64, c.hidden_dim = 160, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2;
-    c.vocab_size = 256, c.max_seq_len = 64;
-  } else {  // make-model --dim 512 --layers 8 --heads 8 --kv-heads 8 --hidden 1376 --vocab 32000
-    c.dim = 512, c.hidden_dim = 1376, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 8;
-    c.vocab_size = 32000, c.max_seq_len = 256;
-  }
-  return c;
-}
-
-const char* mode_key(sg::Mode m) {
-  switch (m) {
-    case sg::Mode::eager:
-      return "eager";
-    case sg::Mode::reduce_overhead:
-      return "reduce-overhead";
-    case sg::Mode::max_autotune:
-      return "max-autotune";
-  }
-  return "?";
-}
+using sg::e2e::random_config;
 
 int run(int argc, char** argv) {
   CLI::App app{
@@ -299,8 +278,8 @@ int run(int argc, char** argv) {
         const Prompts prompts = make_prompts(b, vocab);
         for (const sg::Mode m : modes) {
           const Outcome o = run_sinkgraph(model, m, prompts, steps, buckets);
-          check_ids(mode_key(m), b, o.ids);
-          runs[mode_key(m)][b].push_back(o.tokens_per_s);
+          check_ids(sg::mode_name(m), b, o.ids);
+          runs[sg::mode_name(m)][b].push_back(o.tokens_per_s);
         }
         if (!std::binary_search(buckets.begin(), buckets.end(), b)) {
           const Outcome o = run_sinkgraph(model, sg::Mode::reduce_overhead, prompts, steps, {b});

@@ -43,6 +43,7 @@
 
 #include "generate.h"
 #include "line_plot.h"
+#include "random_config.h"
 #include "read_bandwidth.h"
 #include "reference.h"
 #include "sinkgraph/device.h"
@@ -376,27 +377,7 @@ struct Bench {
   bool torch = true;             // false: --model checkpoints, run without PyTorch
 };
 
-sg::models::LlamaConfig random_config(bool tiny) {
-  sg::models::LlamaConfig rc;
-  if (tiny) {
-    rc.dim = 64;
-    rc.hidden_dim = 160;
-    rc.n_layers = 2;
-    rc.n_heads = 4;
-    rc.n_kv_heads = 2;
-    rc.vocab_size = 256;
-    rc.max_seq_len = 64;
-  } else {
-    rc.dim = 512;
-    rc.hidden_dim = 1376;
-    rc.n_layers = 8;
-    rc.n_heads = 8;
-    rc.n_kv_heads = 8;
-    rc.vocab_size = 32000;
-    rc.max_seq_len = 512;
-  }
-  return rc;
-}
+using sg::e2e::random_config;
 
 int first_token_child(const std::string& mode_text, const std::string& cache,
                       const std::string& out, const std::string& model_path,
