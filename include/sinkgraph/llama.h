@@ -147,14 +147,23 @@ SG_API LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed);
 // dimensions, a missing or misshapen tensor, a config key that changes the
 // math and is not implemented, an index that disagrees with its shards) is a
 // sinkgraph::Error naming the file and the tensor or key.
-SG_API LlamaModel load_model(const std::string& path);
-SG_API LlamaModel load_llama2c(const std::string& path);
+//
+// With tp.size > 1 every reader returns rank tp.rank's shard (what
+// shard_model would cut from the whole model) without ever holding the
+// whole: the files are mapped and only the shard's rows and columns are
+// decoded, so weight_bytes() is the shard's. A split that tp.size does not
+// divide is an error before anything is decoded.
+SG_API LlamaModel load_model(const std::string& path, const TensorParallel& tp = {});
+SG_API LlamaModel load_llama2c(const std::string& path, const TensorParallel& tp = {});
 // `path`: one .safetensors file of either layout (config_path says which).
-SG_API LlamaModel load_safetensors(const std::string& path, const std::string& config_path);
+SG_API LlamaModel load_safetensors(const std::string& path, const std::string& config_path,
+                                   const TensorParallel& tp = {});
 // Parsers over bytes already in memory (what the loaders and fuzzers call).
-SG_API LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name);
+SG_API LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name,
+                                const TensorParallel& tp = {});
 SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes,
-                                    const std::string& config_json, const std::string& name);
+                                    const std::string& config_json, const std::string& name,
+                                    const TensorParallel& tp = {});
 
 // llama2c: a llama2.c .bin file. safetensors: our layout (model.safetensors
 // and config.json). hf: a Hugging Face Llama folder (config.json and

@@ -104,6 +104,30 @@ Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape
   return Tensor::from_floats(values, shape, DType::f32);
 }
 
+Tensor decode_tensor_slice(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
+                           const ShardSlice& slice, const std::string& name) {
+  SG_ASSERT(shape.size() == 2 && (slice.dim == 0 || slice.dim == 1) && slice.start >= 0 &&
+                slice.count >= 0 && slice.start + slice.count <= shape[slice.dim],
+            "decode_tensor_slice: ", shape_str(shape), " dim ", slice.dim, " [", slice.start, ", +",
+            slice.count, ")");
+  const auto esize = static_cast<std::size_t>(dtype_size(dtype));
+  const auto cols = static_cast<std::size_t>(shape[1]);
+  const auto start = static_cast<std::size_t>(slice.start);
+  const auto count = static_cast<std::size_t>(slice.count);
+  if (slice.dim == 0) {  // whole rows: one contiguous range
+    return decode_tensor(raw.subspan(start * cols * esize, count * cols * esize), dtype,
+                         {slice.count, shape[1]}, name);
+  }
+  // Columns: a strided gather, `count` values from each row.
+  const auto rows = static_cast<std::size_t>(shape[0]);
+  std::vector<std::uint8_t> packed(rows * count * esize);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::memcpy(packed.data() + r * count * esize, raw.data() + (r * cols + start) * esize,
+                count * esize);
+  }
+  return decode_tensor(packed, dtype, {shape[0], slice.count}, name);
+}
+
 void append_encoded(std::vector<std::uint8_t>& out, const Tensor& t, DType dtype) {
   const std::vector<float> values = t.to_floats();
   const std::size_t at = out.size();

@@ -4,6 +4,7 @@
 // decoding into tensors, and a checked file writer.
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,27 @@ std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset
 // NaN logits.
 Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                      const std::string& name);
+
+// The part of a 2-D weight one tensor-parallel rank holds: `count` rows
+// (dim 0) or columns (dim 1) from `start`.
+struct ShardSlice {
+  int dim = 0;
+  std::int64_t start = 0;
+  std::int64_t count = 0;
+};
+// The slice of layer weight `member` that rank tp.rank holds (Note
+// [Tensor-parallel Llama] in llama.cpp; shard_model cuts the same), or
+// nullopt when every rank holds it whole (norms, and at tp.size 1). Throws
+// sinkgraph::Error when tp does not divide the model.
+std::optional<ShardSlice> shard_slice(const LlamaConfig& c, const TensorParallel& tp,
+                                      Tensor LlamaLayer::*member);
+// Throws the error shard_slice would when tp does not divide the model.
+void check_split(const LlamaConfig& c, const TensorParallel& tp);
+// decode_tensor of the whole tensor `shape` stored in `raw`, keeping only
+// `slice`: only the slice's bytes are read (a rank maps the whole checkpoint
+// and touches its share), and only they are checked for non-finite values.
+Tensor decode_tensor_slice(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
+                           const ShardSlice& slice, const std::string& name);
 
 // Appends `t`'s values converted to `dtype` (f32, f16 or bf16), little-endian.
 void append_encoded(std::vector<std::uint8_t>& out, const Tensor& t, DType dtype);

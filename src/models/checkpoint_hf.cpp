@@ -153,7 +153,8 @@ void check_shard_name(const json& file, const std::string& tensor, const std::st
 }  // namespace
 
 LlamaModel parse_hf_sharded(const LlamaConfig& c, std::string_view index_json,
-                            const std::string& index_name, const ShardOpener& open_shard) {
+                            const std::string& index_name, const ShardOpener& open_shard,
+                            const TensorParallel& tp) {
   const json index = parse_json(index_json, index_name, "the index");
   SG_CHECK(index.is_object(), index_name, ": the index must be a JSON object, got ",
            index.type_name());
@@ -205,7 +206,7 @@ LlamaModel parse_hf_sharded(const LlamaConfig& c, std::string_view index_json,
   std::vector<const SafetensorsFile*> files;
   files.reserve(shards.size());
   for (const SafetensorsFile& s : shards) files.push_back(&s);
-  return build_model(c, tensors, hf_naming(), files, index_name);
+  return build_model(c, tensors, hf_naming(), files, index_name, tp);
 }
 
 namespace {

@@ -27,6 +27,7 @@ struct Segment {
   std::uint64_t nbytes = 0;
   Shape shape;
   T* slot = nullptr;
+  Tensor LlamaLayer::*member = nullptr;  // the layer field, for a layer's tensor
 };
 
 // A layer field: its llama2.c name and the LlamaLayer member it fills.
@@ -42,10 +43,10 @@ template <typename W, typename Fn>
 void for_each_segment(const LlamaConfig& c, W* weights, Fn&& fn) {
   using T = std::conditional_t<std::is_const_v<W>, const Tensor, Tensor>;
   std::uint64_t offset = kHeaderBytes;
-  auto emit = [&](std::string name, Shape shape, T* slot) {
+  auto emit = [&](std::string name, Shape shape, T* slot, Tensor LlamaLayer::*member = nullptr) {
     std::uint64_t n = 1;
     for (const std::int64_t d : shape) n = detail::sat_mul(n, static_cast<std::uint64_t>(d));
-    Segment<T> s{std::move(name), offset, detail::sat_mul(n, 4), shape, slot};
+    Segment<T> s{std::move(name), offset, detail::sat_mul(n, 4), shape, slot, member};
     offset = detail::sat_add(offset, s.nbytes);
     return fn(std::move(s));
   };
@@ -71,7 +72,10 @@ void for_each_segment(const LlamaConfig& c, W* weights, Fn&& fn) {
     for (std::int64_t l = 0; l < c.n_layers; ++l) {
       T* slot =
           weights ? &(weights->layers[static_cast<std::size_t>(l)].*(fields[f].member)) : nullptr;
-      if (!emit("layers." + std::to_string(l) + "." + fields[f].name, shapes[f], slot)) return;
+      if (!emit("layers." + std::to_string(l) + "." + fields[f].name, shapes[f], slot,
+                fields[f].member)) {
+        return;
+      }
     }
   }
   if (!emit("rms_final_weight", {c.dim}, weights ? &weights->norm : nullptr)) return;
@@ -103,7 +107,8 @@ std::uint64_t expected_bytes(const LlamaConfig& c) {
 
 }  // namespace
 
-LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name) {
+LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name,
+                         const TensorParallel& tp) {
   SG_CHECK(bytes.size() >= kHeaderBytes, name, ": the file has ", bytes.size(),
            " bytes, too short for the llama2.c header (7 int32, ", kHeaderBytes, " bytes)");
   std::int64_t h[7];
@@ -146,22 +151,25 @@ LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string&
            " trailing bytes after the last tensor: the header (", c.str(), ") implies ", want,
            " bytes but the file has ", have);
 
+  detail::check_split(c, tp);  // before anything is decoded
   LlamaWeights weights;
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_segment(c, &weights, [&](Segment<Tensor>&& s) {
     const auto raw = detail::checked_range(bytes, s.offset, s.nbytes, name, "tensor " + s.name);
-    if (s.slot != nullptr) {
-      *s.slot = detail::decode_tensor(raw, DType::f32, s.shape, name + ": tensor " + s.name);
-    }
+    if (s.slot == nullptr) return true;
+    const std::string what = name + ": tensor " + s.name;
+    const auto slice = s.member != nullptr ? detail::shard_slice(c, tp, s.member) : std::nullopt;
+    *s.slot = slice ? detail::decode_tensor_slice(raw, DType::f32, s.shape, *slice, what)
+                    : detail::decode_tensor(raw, DType::f32, s.shape, what);
     return true;
   });
   if (c.shared_classifier) weights.output = weights.tok_embeddings;
-  return LlamaModel(c, std::move(weights));
+  return LlamaModel(c, std::move(weights), tp);
 }
 
-LlamaModel load_llama2c(const std::string& path) {
+LlamaModel load_llama2c(const std::string& path, const TensorParallel& tp) {
   const detail::MappedFile file(path);
-  return parse_llama2c(file.bytes(), path);
+  return parse_llama2c(file.bytes(), path, tp);
 }
 
 namespace detail {

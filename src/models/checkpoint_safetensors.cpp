@@ -85,7 +85,7 @@ std::string config_to_json(const LlamaConfig& c) {
 // shape, offsets, size, name) before any tensor is allocated, so allocations
 // are bounded by the file size.
 LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const ParsedConfig& parsed,
-                             const std::string& name) {
+                             const std::string& name, const TensorParallel& tp) {
   LlamaConfig c = parsed.config;
   const detail::Naming& naming = parsed.hf ? detail::hf_naming() : detail::our_naming();
   const detail::SafetensorsFile file = detail::parse_safetensors_header(bytes, name);
@@ -94,7 +94,7 @@ LlamaModel parse_with_config(std::span<const std::uint8_t> bytes, const ParsedCo
   // Ours: the classifier is shared exactly when output.weight is absent. HF:
   // the config says (tie_word_embeddings).
   if (!parsed.hf) c.shared_classifier = !tensors.contains("output.weight");
-  return detail::build_model(c, tensors, naming, {&file}, name);
+  return detail::build_model(c, tensors, naming, {&file}, name, tp);
 }
 
 std::string read_config_file(const std::string& path) {
@@ -109,7 +109,8 @@ std::string read_config_file(const std::string& path) {
 // the single file wins, as in transformers.
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-LlamaModel load_sharded(const std::string& index_path, const std::string& config_path) {
+LlamaModel load_sharded(const std::string& index_path, const std::string& config_path,
+                        const TensorParallel& tp) {
   const ParsedConfig parsed = parse_config(read_config_file(config_path), config_path);
   SG_CHECK(parsed.hf, index_path, ": a sharded checkpoint needs a Hugging Face config.json (",
            config_path, " has no \"model_type\")");
@@ -125,20 +126,21 @@ LlamaModel load_sharded(const std::string& index_path, const std::string& config
     }
     return detail::ShardBytes{path, mapped.back()->bytes()};
   };
-  return detail::parse_hf_sharded(parsed.config, index, index_path, open);
+  return detail::parse_hf_sharded(parsed.config, index, index_path, open, tp);
 }
 
 }  // namespace
 
 LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& config_json,
-                             const std::string& name) {
-  return parse_with_config(bytes, parse_config(config_json, name + " (config.json)"), name);
+                             const std::string& name, const TensorParallel& tp) {
+  return parse_with_config(bytes, parse_config(config_json, name + " (config.json)"), name, tp);
 }
 
-LlamaModel load_safetensors(const std::string& path, const std::string& config_path) {
+LlamaModel load_safetensors(const std::string& path, const std::string& config_path,
+                            const TensorParallel& tp) {
   const detail::MappedFile file(path);  // the checkpoint's own problems first
   return parse_with_config(file.bytes(), parse_config(read_config_file(config_path), config_path),
-                           path);
+                           path, tp);
 }
 
 namespace {
@@ -210,11 +212,11 @@ Resolved resolve(const std::string& path) {
 
 CheckpointFormat checkpoint_format(const std::string& path) { return resolve(path).format; }
 
-LlamaModel load_model(const std::string& path) {
+LlamaModel load_model(const std::string& path, const TensorParallel& tp) {
   const Resolved r = resolve(path);
-  if (r.format == CheckpointFormat::llama2c) return load_llama2c(r.weights);
-  if (r.sharded) return load_sharded(r.weights, r.config);
-  return load_safetensors(r.weights, r.config);
+  if (r.format == CheckpointFormat::llama2c) return load_llama2c(r.weights, tp);
+  if (r.sharded) return load_sharded(r.weights, r.config, tp);
+  return load_safetensors(r.weights, r.config, tp);
 }
 
 namespace detail {

@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "models/checkpoint_common.h"
 #include "sinkgraph/error.h"
 
 namespace sinkgraph::models {
@@ -328,16 +329,36 @@ std::int64_t LlamaModel::weight_bytes() const {
   return bytes;
 }
 
+namespace detail {
+
+void check_split(const LlamaConfig& c, const TensorParallel& tp) { (void)split_of(c, tp); }
+
+std::optional<ShardSlice> shard_slice(const LlamaConfig& c, const TensorParallel& tp,
+                                      Tensor LlamaLayer::*member) {
+  const Split s = split_of(c, tp);
+  if (tp.size == 1) return std::nullopt;
+  const std::int64_t d = c.head_size();
+  const auto rank_part = [&](int dim, std::int64_t n) { return ShardSlice{dim, tp.rank * n, n}; };
+  if (member == &LlamaLayer::wq) return rank_part(0, s.heads * d);
+  if (member == &LlamaLayer::wk || member == &LlamaLayer::wv) return rank_part(0, s.kv_heads * d);
+  if (member == &LlamaLayer::wo) return rank_part(1, s.heads * d);
+  if (member == &LlamaLayer::w1 || member == &LlamaLayer::w3) return rank_part(0, s.hidden);
+  if (member == &LlamaLayer::w2) return rank_part(1, s.hidden);
+  return std::nullopt;  // the norms
+}
+
+}  // namespace detail
+
 LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
   SG_CHECK(model.tensor_parallel().size == 1, "shard_model: the model is already a shard (rank ",
            model.tensor_parallel().rank, " of ", model.tensor_parallel().size, ")");
   const LlamaConfig& c = model.config();
-  const Split s = split_of(c, tp);
-  const std::int64_t d = c.head_size();
-  // This rank's rows [r * n, (r + 1) * n) of w (dim 0) or columns (dim 1),
+  // This rank's slice of the layer weight `member` (detail::shard_slice),
   // copied out so that the whole tensor can be released.
-  const auto part = [&](const Tensor& w, int dim, std::int64_t n) {
-    const Tensor slice = ops::narrow(w, dim, tp.rank * n, n);
+  const auto part = [&](const LlamaLayer& l, Tensor LlamaLayer::*member) {
+    const std::optional<detail::ShardSlice> s = detail::shard_slice(c, tp, member);
+    if (!s) return l.*member;
+    const Tensor slice = ops::narrow(l.*member, s->dim, s->start, s->count);
     Tensor out = ops::zeros(slice.sym_shape());
     ops::copy_(out, slice);
     return out;
@@ -347,15 +368,12 @@ LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
   w.tok_embeddings = src.tok_embeddings;
   for (const LlamaLayer& l : src.layers) {
     LlamaLayer out;
-    out.attention_norm = l.attention_norm;
-    out.wq = part(l.wq, 0, s.heads * d);
-    out.wk = part(l.wk, 0, s.kv_heads * d);
-    out.wv = part(l.wv, 0, s.kv_heads * d);
-    out.wo = part(l.wo, 1, s.heads * d);
-    out.ffn_norm = l.ffn_norm;
-    out.w1 = part(l.w1, 0, s.hidden);
-    out.w2 = part(l.w2, 1, s.hidden);
-    out.w3 = part(l.w3, 0, s.hidden);
+    for (Tensor LlamaLayer::*member :
+         {&LlamaLayer::attention_norm, &LlamaLayer::wq, &LlamaLayer::wk, &LlamaLayer::wv,
+          &LlamaLayer::wo, &LlamaLayer::ffn_norm, &LlamaLayer::w1, &LlamaLayer::w2,
+          &LlamaLayer::w3}) {
+      out.*member = part(l, member);
+    }
     w.layers.push_back(std::move(out));
   }
   w.norm = src.norm;

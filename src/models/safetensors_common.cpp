@@ -364,8 +364,8 @@ void collect_tensors(const SafetensorsFile& file, const LlamaConfig& c, const Na
 }
 
 LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Naming& naming,
-                       const std::vector<const SafetensorsFile*>& files,
-                       const std::string& source) {
+                       const std::vector<const SafetensorsFile*>& files, const std::string& source,
+                       const TensorParallel& tp) {
   // Required tensors, in a fixed order: the walk stops at the first missing one.
   const std::vector<Slot> required = weight_slots(c);
   for (const Slot& s : required) {
@@ -376,6 +376,7 @@ LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Nam
   // Every file's bytes belong to exactly one tensor; only then is anything
   // decoded, so allocations are bounded by the files' sizes.
   for (const SafetensorsFile* file : files) check_coverage(*file);
+  check_split(c, tp);
 
   LlamaWeights weights;
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
@@ -384,8 +385,11 @@ LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Nam
     if (t.slot.ignored) continue;
     const auto raw = checked_range(t.file->data, t.entry.begin, t.entry.end - t.entry.begin,
                                    t.file->name, "tensor " + key);
-    Tensor value = decode_tensor(raw, t.entry.dtype, t.entry.shape,
-                                 std::string(t.file->name).append(": tensor ").append(key));
+    const std::string what = std::string(t.file->name).append(": tensor ").append(key);
+    const auto slice =
+        t.slot.layer >= 0 ? shard_slice(c, tp, kFields[t.slot.field].member) : std::nullopt;
+    Tensor value = slice ? decode_tensor_slice(raw, t.entry.dtype, t.entry.shape, *slice, what)
+                         : decode_tensor(raw, t.entry.dtype, t.entry.shape, what);
     if (c.shared_classifier && t.slot.layer < 0 && t.slot.field == 2) {
       tied_copy = std::move(value);
     } else {
@@ -403,7 +407,7 @@ LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Nam
     }
     weights.output = weights.tok_embeddings;
   }
-  return LlamaModel(c, std::move(weights));
+  return LlamaModel(c, std::move(weights), tp);
 }
 
 }  // namespace sinkgraph::models::detail

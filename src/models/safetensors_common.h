@@ -126,8 +126,10 @@ void collect_tensors(const SafetensorsFile& file, const LlamaConfig& c, const Na
 // first missing one is named, after `source`), each file's entries must
 // cover its data section, then the tensors are decoded. A classifier present
 // although shared must equal the embedding.
+// With tp.size > 1, only rank tp.rank's shard is decoded (shard_slice).
 LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Naming& naming,
-                       const std::vector<const SafetensorsFile*>& files, const std::string& source);
+                       const std::vector<const SafetensorsFile*>& files, const std::string& source,
+                       const TensorParallel& tp);
 
 // ---- Hugging Face (checkpoint_hf.cpp) ----
 
@@ -154,6 +156,7 @@ using ShardOpener = std::function<ShardBytes(const std::string& file, const std:
 // shard's header is checked and agrees with the weight_map before any tensor
 // is decoded.
 LlamaModel parse_hf_sharded(const LlamaConfig& config, std::string_view index_json,
-                            const std::string& index_name, const ShardOpener& open_shard);
+                            const std::string& index_name, const ShardOpener& open_shard,
+                            const TensorParallel& tp = {});
 
 }  // namespace sinkgraph::models::detail

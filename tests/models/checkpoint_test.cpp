@@ -261,6 +261,44 @@ TEST(models_checkpoint, SafetensorsSavesIntoAFolder) {
       {"x.safetensors", "i32"});
 }
 
+// ---- tensor-parallel shards ----
+
+// Every reader, given a rank of a tensor-parallel split, returns exactly what
+// shard_model cuts from the whole model (rows and column slices of every
+// format and dtype), and holds only that: weight_bytes is the shard's.
+TEST(models_checkpoint, EveryReaderLoadsOnlyItsShard) {
+  const TempDir dir;
+  const LlamaModel interleaved = random_model(small_config(), 11);
+  const LlamaModel separate = random_model(small_config(ops::RopeStyle::half, false), 12);
+  save_model(interleaved, dir.file("m.bin"), CheckpointFormat::llama2c);
+  fs::create_directory(dir.file("st"));
+  save_model(separate, dir.file("st/model.safetensors"), CheckpointFormat::safetensors,
+             DType::bf16);
+  save_hf(interleaved, dir.file("hf"), DType::f16, 3);
+  for (const std::string& path :
+       {dir.file("m.bin"), dir.file("st/model.safetensors"), dir.file("hf")}) {
+    SCOPED_TRACE(path);
+    const LlamaModel whole = load_model(path);
+    for (std::int64_t rank = 0; rank < 2; ++rank) {
+      const TensorParallel tp{0, rank, 2};
+      const LlamaModel loaded = load_model(path, tp);
+      const LlamaModel cut = shard_model(whole, tp);
+      EXPECT_EQ(loaded.tensor_parallel().rank, rank);
+      EXPECT_EQ(loaded.tensor_parallel().size, 2);
+      expect_same_config(cut.config(), loaded.config());
+      expect_same_weights(cut, loaded);
+      EXPECT_EQ(loaded.weight_bytes(), cut.weight_bytes());
+      EXPECT_LT(loaded.weight_bytes(), whole.weight_bytes());
+    }
+    // A split that breaks heads (4 heads, 2 kv heads) fails before decoding.
+    expect_error(
+        [&] {
+          (void)load_model(path, TensorParallel{0, 0, 4});
+        },
+        {"tensor parallelism over 4 processes", "whole heads"});
+  }
+}
+
 // ---- corrupt llama2.c files ----
 
 // A llama2.c file for a header, with the exact size the header implies (+ extra).
