@@ -1,6 +1,6 @@
 # `cmake --install <build> --prefix P` (docs/install.md):
 #   P/lib/libsinkgraph.so.X.Y.Z (SONAME libsinkgraph.so.X.Y), P/lib/libsinkgraph_dist.so.X.Y.Z
-#   (when built with SINKGRAPH_MPI), P/include/sinkgraph/,
+#   (over MPI when built with SINKGRAPH_MPI, else refusing it), P/include/sinkgraph/,
 #   P/bin/sinkgraph (RUNPATH $ORIGIN/../lib), P/share/sinkgraph/stories260K/,
 #   P/lib/cmake/sinkgraph/ (find_package(sinkgraph CONFIG), target sinkgraph::sinkgraph),
 #   P/lib/pkgconfig/sinkgraph.pc, and, when the Python package is built,
@@ -11,12 +11,10 @@ set(SG_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/sinkgraph)
 
 install(TARGETS sinkgraph EXPORT sinkgraphTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The distributed layer (sinkgraph::sinkgraph_dist), when built: it links
-# Debian's Open MPI from the system library folder.
-if(TARGET sinkgraph_dist)
-  install(TARGETS sinkgraph_dist EXPORT sinkgraphTargets
-          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-endif()
+# The distributed layer (sinkgraph::sinkgraph_dist; the CLI links it): with
+# SINKGRAPH_MPI it links Debian's Open MPI from the system library folder.
+install(TARGETS sinkgraph_dist EXPORT sinkgraphTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sinkgraph
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 

@@ -123,6 +123,7 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   const Tensor kv = model.new_batched_kv_cache(slots, positions);
   const Tensor scratch = model.new_kv_cache(positions);  // one prompt's prefill
   result.kv_cache_bytes = (kv.numel() + scratch.numel()) * static_cast<std::int64_t>(sizeof(float));
+  result.model = model_facts(model);
 
   // The next id from one row of logits ([1, vocab]) fed at `pos`.
   const auto pick = [&](const Tensor& row, std::size_t prompt, std::int64_t pos) {
@@ -279,7 +280,7 @@ std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) 
   for (const auto& [bucket, bytes] : r.bucket_pool_bytes) buckets[std::to_string(bucket)] = bytes;
   j["bucket_pool_bytes"] = buckets;
   add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
-                    r.kv_cache_bytes);
+                    r.kv_cache_bytes, r.model);
   j["max_batch"] = options.max_batch;
   j["graph_memory_budget"] = options.graph_memory_budget;
   return j.dump();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "generate.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/llama.h"
 
@@ -42,6 +43,7 @@ struct BatchResult {
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t kv_cache_bytes = 0;
+  ModelFacts model;  // weight_bytes and tp_size of the model run
   std::string explain, explain_full;
   std::vector<std::string> notes;  // what the user should know (warnings)
 };

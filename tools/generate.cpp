@@ -118,6 +118,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   // allow a million positions; 4 tokens need 5 rows).
   const Tensor kv = model.new_kv_cache(p + options.steps);
   result.kv_cache_bytes = kv.numel() * static_cast<std::int64_t>(dtype_size(kv.dtype()));
+  result.model = model_facts(model);
 
   // Prefill: the whole prompt in one call.
   auto t0 = std::chrono::steady_clock::now();
@@ -216,7 +217,7 @@ std::string stats_json(const GenerateOptions& options, const GenerateResult& r) 
   j["decode_tokens_per_s"] = decode_tps;
   j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
   add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
-                    r.kv_cache_bytes);
+                    r.kv_cache_bytes, r.model);
   return j.dump();
 }
 
@@ -232,8 +233,13 @@ FunctionReports report_functions(const CompiledFunction* prefill, const Compiled
   return r;
 }
 
+ModelFacts model_facts(const models::LlamaModel& model) {
+  return {model.weight_bytes(), model.tensor_parallel().size};
+}
+
 void add_counter_stats(nlohmann::json& j, const GraphCounters& prefill, const GraphCounters& decode,
-                       std::int64_t peak_allocated_bytes, std::int64_t kv_cache_bytes) {
+                       std::int64_t peak_allocated_bytes, std::int64_t kv_cache_bytes,
+                       const ModelFacts& model) {
   GraphCounters sum = prefill;
   sum += decode;
   j["captured"] = sum.captured;
@@ -252,6 +258,8 @@ void add_counter_stats(nlohmann::json& j, const GraphCounters& prefill, const Gr
   j["codegen_kernels"] = decode.codegen_kernels;
   j["compile_cache_hits"] = sum.compile_cache_hits;
   j["threads"] = num_threads();
+  j["weight_bytes"] = model.weight_bytes;
+  j["tp_size"] = model.tp_size;
 }
 
 std::string chrome_trace_json(const GenerateResult& r) {

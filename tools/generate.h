@@ -44,6 +44,14 @@ struct TraceEvent {
   std::int64_t end_ns = 0;
 };
 
+// What a run reports of the model it ran: the weight bytes this process
+// holds (its shard's under tensor parallelism) and the tensor-parallel size.
+struct ModelFacts {
+  std::int64_t weight_bytes = 0;
+  std::int64_t tp_size = 1;
+};
+ModelFacts model_facts(const models::LlamaModel& model);
+
 struct GenerateResult {
   std::vector<std::int64_t> ids;  // generated ids only
   std::vector<float> logits;      // rows of vocab_size, when keep_logits
@@ -58,6 +66,7 @@ struct GenerateResult {
   GraphCounters prefill_counters, decode_counters;
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t kv_cache_bytes = 0;  // the KV cache: prompt + steps positions
+  ModelFacts model;                 // weight_bytes and tp_size of the model run
   // The compiled functions' reports (empty in eager mode): decisions and one
   // line per device graph; explain_full adds every node of every device graph.
   std::string explain, explain_full;

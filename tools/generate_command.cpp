@@ -1,6 +1,8 @@
 // `sinkgraph generate`: the contract in DESIGN.md ("sinkgraph generate").
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include "default_model.h"
 #include "generate.h"
 #include "sinkgraph/device.h"
+#include "sinkgraph/dist.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
 #include "sinkgraph/log.h"
@@ -41,6 +44,7 @@ struct CliOptions {
   std::string capture_sizes;        // "1,2,4"; empty: the default buckets
   std::string graph_memory_budget;  // bytes; empty: no bound
   bool warmup_buckets = false;
+  std::optional<std::int64_t> tensor_parallel;
   CLI::Option* prompt_ids_option = nullptr;
 };
 
@@ -108,6 +112,56 @@ std::unique_ptr<sinkgraph::TempFile> output_file(const std::string& path, const 
 // the shipped stories260K checkpoint.
 constexpr const char* kBuiltin = "builtin";
 
+// Note [Tensor-parallel generate]
+// `mpirun -np N sinkgraph generate --tensor-parallel N ...` runs one rank per
+// process, each holding its shard of the model (Note [Tensor-parallel Llama]
+// in src/models/llama.cpp) and loading only that shard from the checkpoint.
+// MPI is initialised only under a launcher or with --tensor-parallel: a plain
+// run never touches it. N must be the world size, checked on every rank
+// before anything else, so a mismatch is the same clear error everywhere.
+// Every rank runs the same decode loop (the same collectives in the same
+// order) and computes the same ids; rank 0 alone writes stdout and output
+// files. A rank that fails ends the job (main() calls dist::abort), so the
+// others never wait in a collective for it. Without --threads or
+// SINKGRAPH_NUM_THREADS each rank takes its share of the machine's cores.
+struct Parallel {
+  models::TensorParallel tp;
+  bool primary = true;  // rank 0, or no tensor parallelism
+};
+
+Parallel setup_parallel(const CliOptions& o) {
+  if (!o.tensor_parallel && !dist::launched_by_mpi()) return {};
+  const std::int64_t n = o.tensor_parallel.value_or(1);
+  SG_CHECK(n >= 1, "--tensor-parallel must be >= 1, got ", n);
+  dist::init();
+  const int world = dist::world_size();
+  SG_CHECK(n == world, "--tensor-parallel ", n, " must equal the MPI world size, ", world,
+           world == 1 ? " (start it as mpirun -np N sinkgraph generate --tensor-parallel N ...)"
+                      : " (give --tensor-parallel the -np of mpirun)");
+  const int local = dist::local_size();
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread of ours starts
+  if (!o.threads && std::getenv("SINKGRAPH_NUM_THREADS") == nullptr) {
+    set_num_threads(std::max(1, available_cores() / local));
+  }
+  const dist::Communicator comm = dist::Communicator::world();
+  Parallel p;
+  p.tp = {comm.group(), comm.rank(), comm.size()};
+  p.primary = comm.rank() == 0;
+  if (!p.primary) {
+    // Only rank 0 prints; stderr stays, so every rank's error is seen.
+    SG_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot redirect rank ",
+             comm.rank(), "'s stdout to /dev/null");
+  }
+  return p;
+}
+
+// The model --model names, holding rank tp.rank's shard only.
+models::LlamaModel load(const std::string& path, const models::TensorParallel& tp) {
+  if (path != kBuiltin) return models::load_model(path, tp);
+  models::LlamaModel whole = models::random_model(models::builtin_config(), 0);
+  return tp.size == 1 ? whole : models::shard_model(whole, tp);
+}
+
 int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prompts,
                 const models::LlamaModel& model, const std::string& model_path) {
   SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
@@ -172,14 +226,12 @@ int run(const CliOptions& o) {
              kMaxThreads, ", got ", *o.threads);
     set_num_threads(*o.threads);
   }
+  const Parallel parallel = setup_parallel(o);
   if (!o.prompts_file.empty()) {
     SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
     auto prompts = read_prompts(o.prompts_file);  // a bad file fails before the model loads
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    const models::LlamaModel model = path == kBuiltin
-                                         ? models::random_model(models::builtin_config(), 0)
-                                         : models::load_model(path);
-    return run_batched(o, std::move(prompts), model, path);
+    return run_batched(o, std::move(prompts), load(path, parallel.tp), path);
   }
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
@@ -190,16 +242,15 @@ int run(const CliOptions& o) {
   g.stop_id = o.stop_id;
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
-  const auto logits_file = output_file(o.dump_logits, "--dump-logits");
-  const auto trace_file = output_file(o.trace, "--trace");
+  // Output files are rank 0's (Note [Tensor-parallel generate]).
+  const auto logits_file = output_file(parallel.primary ? o.dump_logits : "", "--dump-logits");
+  const auto trace_file = output_file(parallel.primary ? o.trace : "", "--trace");
 
   // stdout holds only the requested lines when --print-ids or --stats is given.
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
   const std::string model_path = o.model.empty() ? default_model_path() : o.model;
-  const models::LlamaModel model = model_path == kBuiltin
-                                       ? models::random_model(models::builtin_config(), 0)
-                                       : models::load_model(model_path);
+  const models::LlamaModel model = load(model_path, parallel.tp);
   const models::LlamaConfig& c = model.config();
   const auto prompt_tokens = static_cast<std::int64_t>(g.prompt.size());
   SG_CHECK(prompt_tokens <= c.max_seq_len && g.steps <= c.max_seq_len - prompt_tokens, "prompt (",
@@ -307,6 +358,9 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_flag("--stream", o->stream,
                 "print each id as it is produced (the host waits for every token)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace event JSON file (Perfetto opens it)");
+  cmd->add_option("--tensor-parallel", o->tensor_parallel,
+                  "split the model over N processes: mpirun -np N sinkgraph generate "
+                  "--tensor-parallel N (rank 0 prints)");
   cmd->callback([o, &status] { status = run(*o); });
 }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "sinkgraph/dist.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
 #include "sinkgraph/version.h"
@@ -30,6 +31,17 @@ bool stdout_ok() {
   return c_ok && !std::cout.fail();
 }
 
+// A failed rank of a tensor-parallel job ends every rank (Note
+// [Tensor-parallel generate]): the others may be waiting in a collective
+// for it. `code` is the exit status the job reports.
+int fail(int code) {
+  std::fflush(stderr);
+  if (sinkgraph::dist::initialized() && sinkgraph::dist::world_size() > 1) {
+    sinkgraph::dist::abort(code);
+  }
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,10 +63,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   } catch (const sinkgraph::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return fail(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 1;
+    return fail(1);
   }
   if (!stdout_ok()) {
     std::fprintf(stderr, "error: cannot write to standard output: %s\n", std::strerror(errno));

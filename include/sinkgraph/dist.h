@@ -1,6 +1,9 @@
 #pragma once
 // The distributed layer (src/dist/, the sinkgraph_dist library: the only code
-// that knows MPI; the core library never links it). It initialises MPI,
+// that knows MPI; the core library never links it). A build configured with
+// SINKGRAPH_MPI=OFF gets the same library without MPI (src/dist/no_mpi.cpp):
+// launched_by_mpi() still answers, and init() throws a sinkgraph::Error
+// saying that this build has no MPI. It initialises MPI,
 // names process groups for the collective operators (ops::all_reduce,
 // ops::all_gather; Note [Collectives] in sinkgraph/collectives.h) and moves
 // their bytes with MPI.
@@ -34,6 +37,9 @@ SG_API void init();
 // This process's rank in MPI_COMM_WORLD and the world's size (init() first).
 [[nodiscard]] SG_API int world_rank();
 [[nodiscard]] SG_API int world_size();
+// The ranks of the job on this machine, this one included (init() first;
+// collective over MPI_COMM_WORLD: every rank calls it, in the same order).
+[[nodiscard]] SG_API int local_size();
 
 // Ends every process of the job (MPI_Abort on MPI_COMM_WORLD) with `code`:
 // for a rank that failed where the others cannot see it, so that they exit

@@ -1,6 +1,5 @@
 // sinkgraph_dist over MPI (include/sinkgraph/dist.h): initialisation, groups
 // and the collective backend the all_reduce and all_gather kernels call.
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -11,7 +10,6 @@
 #include "sinkgraph/collectives.h"
 #include "sinkgraph/dist.h"
 #include "sinkgraph/error.h"
-#include "sinkgraph/ops.h"
 
 namespace sinkgraph::dist {
 namespace {
@@ -105,14 +103,6 @@ void finalize_at_exit() {
 
 }  // namespace
 
-bool launched_by_mpi() {
-  constexpr std::array<const char*, 3> kLauncherVars{"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
-                                                     "PMI_RANK"};
-  return std::ranges::any_of(kLauncherVars, [](const char* var) {
-    return std::getenv(var) != nullptr;  // NOLINT(concurrency-mt-unsafe): read-only
-  });
-}
-
 void init() {
   std::call_once(g_init, [] {
     MpiBackend& b = backend();
@@ -154,6 +144,18 @@ int world_size() {
   return size;
 }
 
+int local_size() {
+  SG_CHECK(initialized(), "dist: local_size() before dist::init()");
+  MPI_Comm local = MPI_COMM_NULL;
+  const int rc =
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  SG_CHECK(rc == MPI_SUCCESS, "dist: MPI_Comm_split_type failed: ", mpi_error(rc));
+  int size = 0;
+  MPI_Comm_size(local, &size);
+  MPI_Comm_free(&local);
+  return size;
+}
+
 void abort(int code) {
   if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
@@ -175,14 +177,6 @@ Communicator Communicator::world() {
 void Communicator::barrier() const {
   const int rc = MPI_Barrier(backend().comm_of(group_));
   SG_CHECK(rc == MPI_SUCCESS, "dist: MPI_Barrier failed: ", mpi_error(rc));
-}
-
-Tensor all_reduce(const Communicator& comm, const Tensor& x) {
-  return ops::all_reduce(x, comm.group());
-}
-
-Tensor all_gather(const Communicator& comm, const Tensor& x) {
-  return ops::all_gather(x, comm.group(), comm.size());
 }
 
 }  // namespace sinkgraph::dist
