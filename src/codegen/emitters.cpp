@@ -330,15 +330,15 @@ bool emit_add_rms_norm(const EmitArgs& a, std::string& out) {
 // kMaxLinearRows is a matrix product: declined, so OpenBLAS's kernel runs it
 // (a loop nest here would re-read the weights once per row).
 constexpr std::int64_t kMaxLinearRows = 4;
-// A weight larger than this streams from memory rather than the caches, and
-// there OpenBLAS's tuned matrix-vector kernel reads it faster than these
-// loops (on the random dim-512 model, max-autotune's decode ran at a median
-// 115 tokens/s generating every linear, 191 declining weights past 256 KiB,
-// 157 past 1 MiB, against reduce-overhead's 143; docs/performance.md). So
-// such a linear is declined: it runs its kernel between two regions.
-// Weights that fit (all of stories260K's) stay in the generated code, fused
-// with their neighbours.
-constexpr std::int64_t kMaxGeneratedWeightBytes = std::int64_t{256} * 1024;
+// A weight larger than kStreamedWeightBytes (Note [Streamed weights])
+// streams from memory rather than the caches, and there the kernel's
+// one-row-at-a-time walk reads it faster than these loops (on the random
+// dim-512 model, max-autotune's decode ran at a median 115 tokens/s
+// generating every linear, 191 declining weights past 256 KiB, 157 past 1
+// MiB, against reduce-overhead's 143; docs/performance.md). So such a
+// linear is declined: it runs its kernel between two regions. Weights that
+// fit (all of stories260K's) stay in the generated code, fused with their
+// neighbours.
 
 bool emit_linear(const EmitArgs& a, std::string& out) {
   if (!all_f32(a) || a.inputs[1].shape.size() != 2) return false;
@@ -350,7 +350,8 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   std::int64_t rows = 1;
   for (int d = 0; d < nd - 1; ++d) rows *= x.shape[d];
   if (rows > kMaxLinearRows) return false;
-  if (n * k * static_cast<std::int64_t>(sizeof(float)) > kMaxGeneratedWeightBytes) return false;
+  if (n * k * static_cast<std::int64_t>(sizeof(float)) > kernels::kStreamedWeightBytes)
+    return false;
   auto lead = [&](const EmitTensor& t) { return row_offset(t, nd); };
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),

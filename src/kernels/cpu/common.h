@@ -130,6 +130,21 @@ void for_each_row(int ndim, const std::int64_t* sizes, const std::int64_t (&stri
 // this many floats streams in several (docs/performance.md, compute threads).
 inline constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 15;
 
+// Note [Streamed weights]
+// A decode step reads each weight once, so a weight is in cache only when
+// the whole model fits there; a weight this large is taken to stream from
+// memory. Streamed, one row at a time (one sequential stream) beats four
+// rows side by side (four streams): a 512 KiB weight (256 x 512, cycling
+// through 200 MB of copies, one thread) read at 16.9 GB/s one row at a time
+// against 9.8 four at a time; in cache the four-row walk was ~15% faster
+// (55.6 against 64 GB/s). A tensor-parallel rank's slices of the dim-512
+// model's attention weights are 512 KiB each: with the earlier 1 MiB
+// threshold they took the four-row walk from memory (docs/performance.md,
+// "Tensor parallelism"). linear's kernel (Note [Rows
+// of a linear]) and max-autotune's generated linear (which declines larger
+// weights) both use it.
+inline constexpr std::int64_t kStreamedWeightBytes = std::int64_t{256} << 10;
+
 // The grain for indices that each touch `work` elements.
 inline std::int64_t grain_for(std::int64_t work) {
   return std::max<std::int64_t>(1, kMinParallelWork / std::max<std::int64_t>(work, 1));

@@ -188,10 +188,11 @@ namespace {
 // loops]), for one row of x (decode) or a few (a batch of decode steps, a
 // short prompt). A weight that fits in cache is compute-bound: four weight
 // rows per pass over x, each summed in lanes, beat a BLAS call, whose fixed
-// cost dominates there. A large one streams from memory, and there one row
-// at a time was measured faster than both the four-row walk and OpenBLAS's
-// sgemv (32000 x 512: 7.0-8.2 ms against 9.0-9.5 and 8.8-9.2 ms): a single
-// sequential stream is what the hardware prefetcher follows best.
+// cost dominates there. A large one (kStreamedWeightBytes, Note [Streamed
+// weights]) streams from memory, and there one row at a time was measured
+// faster than both the four-row walk and OpenBLAS's sgemv (32000 x 512:
+// 7.0-8.2 ms against 9.0-9.5 and 8.8-9.2 ms): a single sequential stream is
+// what the hardware prefetcher follows best.
 //
 // Each weight row (or block of four) is read once for all of x's rows while
 // it sits in L1, and the parts split across the compute threads are weight
@@ -221,8 +222,7 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
     if (i + 2 <= m) block.template operator()<2>();
     if (i < m) block.template operator()<1>();
   };
-  constexpr std::int64_t kStreamBytes = std::int64_t{1} << 20;
-  if (n * k * static_cast<std::int64_t>(sizeof(float)) >= kStreamBytes) {
+  if (n * k * static_cast<std::int64_t>(sizeof(float)) > kStreamedWeightBytes) {
     parallel_for(ctx, n, grain_for(m * k), [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
         by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
