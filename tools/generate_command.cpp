@@ -45,6 +45,7 @@ struct CliOptions {
   std::string graph_memory_budget;  // bytes; empty: no bound
   bool warmup_buckets = false;
   std::optional<std::int64_t> tensor_parallel;
+  std::string tp_classifier = "vocab";
   CLI::Option* prompt_ids_option = nullptr;
 };
 
@@ -121,9 +122,10 @@ constexpr const char* kBuiltin = "builtin";
 // before anything else, so a mismatch is the same clear error everywhere.
 // Every rank runs the same decode loop (the same collectives in the same
 // order) and computes the same ids; rank 0 alone writes stdout and output
-// files. A rank that fails ends the job (main() calls dist::abort), so the
-// others never wait in a collective for it. Without --threads or
-// SINKGRAPH_NUM_THREADS each rank takes its share of the machine's cores.
+// files, and only its explain report goes to stderr. A rank that fails ends
+// the job (main() calls dist::abort), so the others never wait in a
+// collective for it. Without --threads or SINKGRAPH_NUM_THREADS each rank
+// takes its share of the machine's cores.
 struct Parallel {
   models::TensorParallel tp;
   bool primary = true;  // rank 0, or no tensor parallelism
@@ -145,7 +147,9 @@ Parallel setup_parallel(const CliOptions& o) {
   }
   const dist::Communicator comm = dist::Communicator::world();
   Parallel p;
-  p.tp = {comm.group(), comm.rank(), comm.size()};
+  p.tp = {comm.group(), comm.rank(), comm.size(),
+          o.tp_classifier == "replicated" ? models::ClassifierSplit::replicated
+                                          : models::ClassifierSplit::vocab};
   p.primary = comm.rank() == 0;
   if (!p.primary) {
     // Only rank 0 prints; stderr stays, so every rank's error is seen.
@@ -163,7 +167,7 @@ models::LlamaModel load(const std::string& path, const models::TensorParallel& t
 }
 
 int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prompts,
-                const models::LlamaModel& model, const std::string& model_path) {
+                const models::LlamaModel& model, const std::string& model_path, bool primary) {
   SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
            "--prompts-file and --prompt-ids: give one of them");
   SG_CHECK(o.dump_logits.empty() && o.trace.empty() && !o.stream,
@@ -187,7 +191,7 @@ int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prom
   std::FILE* report = machine ? stderr : stdout;
   const BatchResult r = generate_batched(model, b);
   for (const auto& note : r.notes) sinkgraph::log(LogLevel::warn, note);
-  if (!o.explain.empty()) {
+  if (!o.explain.empty() && primary) {
     const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
     std::fprintf(report, "%s%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str(),
                  bucket_report(r).c_str());
@@ -231,7 +235,7 @@ int run(const CliOptions& o) {
     SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
     auto prompts = read_prompts(o.prompts_file);  // a bad file fails before the model loads
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    return run_batched(o, std::move(prompts), load(path, parallel.tp), path);
+    return run_batched(o, std::move(prompts), load(path, parallel.tp), path, parallel.primary);
   }
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
@@ -283,7 +287,7 @@ int run(const CliOptions& o) {
     trace_file->write(chrome_trace_json(r));
     trace_file->commit();
   }
-  if (!o.explain.empty()) {
+  if (!o.explain.empty() && parallel.primary) {
     const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
     std::fprintf(report, "%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str());
   }
@@ -361,6 +365,10 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_option("--tensor-parallel", o->tensor_parallel,
                   "split the model over N processes: mpirun -np N sinkgraph generate "
                   "--tensor-parallel N (rank 0 prints)");
+  cmd->add_option("--tp-classifier", o->tp_classifier,
+                  "with --tensor-parallel: vocab (default; each rank holds a slice of the "
+                  "classifier's rows, logits gathered) or replicated")
+      ->check(CLI::IsMember({"vocab", "replicated"}));
   cmd->callback([o, &status] { status = run(*o); });
 }
 

@@ -46,12 +46,19 @@ struct SG_API LlamaConfig {
 // llama.cpp): rank `rank` of `size` holds whole heads (n_heads / size query
 // heads, n_kv_heads / size kv heads: q/k/v split by output rows), wo and w2
 // split by input columns with their partial products summed over process
-// group `group` (ops::all_reduce), w1/w3 split by output rows; embedding,
-// norms and classifier replicated. size 1: the whole model, no collective.
+// group `group` (ops::all_reduce), w1/w3 split by output rows; the
+// classifier split by vocabulary rows with its logits gathered
+// (ops::all_gather), or replicated; embedding and norms replicated. size 1:
+// the whole model, no collective.
+enum class ClassifierSplit : std::uint8_t {
+  vocab,       // rank r holds rows [r * vocab/size, (r + 1) * vocab/size); one all_gather
+  replicated,  // every rank holds the whole classifier; no collective
+};
 struct TensorParallel {
   std::int64_t group = 0;  // the collective group (dist::Communicator::group())
   std::int64_t rank = 0;
   std::int64_t size = 1;
+  ClassifierSplit classifier = ClassifierSplit::vocab;
 };
 
 struct LlamaLayer {
@@ -65,7 +72,7 @@ struct LlamaWeights {
   Tensor tok_embeddings;  // [vocab, dim]
   std::vector<LlamaLayer> layers;
   Tensor norm;    // [dim]
-  Tensor output;  // [vocab, dim]; the embedding when shared
+  Tensor output;  // [vocab, dim]; the embedding when shared (a shard: its rows, a view when shared)
 };
 
 class SG_API LlamaModel {

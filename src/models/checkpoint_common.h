@@ -68,6 +68,10 @@ struct ShardSlice {
 // sinkgraph::Error when tp does not divide the model.
 std::optional<ShardSlice> shard_slice(const LlamaConfig& c, const TensorParallel& tp,
                                       Tensor LlamaLayer::*member);
+// The rows of a separate classifier that rank tp.rank holds, or nullopt when
+// it holds it whole (ClassifierSplit::replicated, tp.size 1). A shared
+// classifier is the embedding, which every rank holds whole.
+std::optional<ShardSlice> classifier_slice(const LlamaConfig& c, const TensorParallel& tp);
 // Throws the error shard_slice would when tp does not divide the model.
 void check_split(const LlamaConfig& c, const TensorParallel& tp);
 // decode_tensor of the whole tensor `shape` stored in `raw`, keeping only

@@ -158,7 +158,9 @@ LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string&
     const auto raw = detail::checked_range(bytes, s.offset, s.nbytes, name, "tensor " + s.name);
     if (s.slot == nullptr) return true;
     const std::string what = name + ": tensor " + s.name;
-    const auto slice = s.member != nullptr ? detail::shard_slice(c, tp, s.member) : std::nullopt;
+    const auto slice = s.member != nullptr         ? detail::shard_slice(c, tp, s.member)
+                       : s.slot == &weights.output ? detail::classifier_slice(c, tp)
+                                                   : std::nullopt;
     *s.slot = slice ? detail::decode_tensor_slice(raw, DType::f32, s.shape, *slice, what)
                     : detail::decode_tensor(raw, DType::f32, s.shape, what);
     return true;

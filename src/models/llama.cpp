@@ -55,7 +55,8 @@ std::string LlamaModel::trace_key() const {
   out << "sinkgraph.llama.forward/2: " << config_.str() << ", norm_eps " << std::hexfloat
       << config_.norm_eps << ", rope_theta " << config_.rope_theta << ", weights "
       << dtype_name(weights_.tok_embeddings.dtype()) << std::dec << ", tensor parallel " << tp_.rank
-      << "/" << tp_.size << " group " << tp_.group;
+      << "/" << tp_.size << " group " << tp_.group << " classifier "
+      << (tp_.classifier == ClassifierSplit::vocab ? "vocab" : "replicated");
   return out.str();
 }
 
@@ -71,7 +72,7 @@ void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
 
 // The per-rank sizes of a tensor-parallel split (everything whole at size 1).
 struct Split {
-  std::int64_t heads, kv_heads, hidden;
+  std::int64_t heads, kv_heads, hidden, vocab;
 };
 
 Split split_of(const LlamaConfig& c, const TensorParallel& tp) {
@@ -82,7 +83,14 @@ Split split_of(const LlamaConfig& c, const TensorParallel& tp) {
            "model: tensor parallelism over ", tp.size, " processes needs it to divide n_heads (",
            c.n_heads, "), n_kv_heads (", c.n_kv_heads, ") and hidden_dim (", c.hidden_dim,
            "): each rank holds whole heads");
-  return {c.n_heads / tp.size, c.n_kv_heads / tp.size, c.hidden_dim / tp.size};
+  const bool by_vocab = tp.size > 1 && tp.classifier == ClassifierSplit::vocab;
+  SG_CHECK(!by_vocab || c.vocab_size % tp.size == 0,
+           "model: a classifier split by vocabulary over ", tp.size,
+           " processes needs it to divide vocab_size (", c.vocab_size,
+           "); replicate the classifier instead (ClassifierSplit::replicated, generate "
+           "--tp-classifier replicated)");
+  return {c.n_heads / tp.size, c.n_kv_heads / tp.size, c.hidden_dim / tp.size,
+          by_vocab ? c.vocab_size / tp.size : c.vocab_size};
 }
 
 }  // namespace
@@ -111,7 +119,13 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, TensorParallel 
   }
   check_shape(weights_.norm, {c.dim}, "norm.weight");
   if (!weights_.output.defined()) weights_.output = weights_.tok_embeddings;
-  check_shape(weights_.output, {c.vocab_size, c.dim}, "output.weight");
+  if (s.vocab != c.vocab_size && weights_.output.shares_storage(weights_.tok_embeddings) &&
+      weights_.output.shape() == weights_.tok_embeddings.shape()) {
+    // A shared classifier split by vocabulary: this rank's rows of the
+    // embedding, a view, so the weights are held once.
+    weights_.output = ops::narrow(weights_.tok_embeddings, 0, tp_.rank * s.vocab, s.vocab);
+  }
+  check_shape(weights_.output, {s.vocab, c.dim}, "output.weight");
   config_.shared_classifier = weights_.output.shares_storage(weights_.tok_embeddings);
 }
 
@@ -125,16 +139,38 @@ namespace {
 // rank's product over its heads is a partial sum of the whole output, and
 // one all_reduce adds the partials. The feed-forward does the same: w1 and
 // w3 by output rows (a slice of the hidden units), w2 by input columns, one
-// all_reduce. Two collectives per layer, each of [tokens, dim] floats;
-// everything else (embedding, norms, classifier) is replicated, so every
-// rank computes the same logits. A rank's partial products sum in another
-// order than the whole model's, so logits agree within rounding, not
-// bitwise.
+// all_reduce. Two collectives per layer, each of [tokens, dim] floats.
+// The classifier is split by vocabulary by default (ClassifierSplit::vocab):
+// rank r computes logits [r * V/size, (r + 1) * V/size) for every row, one
+// all_gather collects them (rank-major) and a transpose puts each row's
+// logits back in vocabulary order; a shared classifier's slice is a view of
+// the embedding. It is the largest single weight of a small model and every
+// token reads it whole, so splitting it cuts the bytes a rank reads per
+// token far more than the layers alone do (docs/performance.md, "Tensor
+// parallelism"); ClassifierSplit::replicated keeps it whole on every rank,
+// with no collective. The embedding (one row read per token) and the norms
+// are replicated, and every rank ends with the same logits. A rank's
+// partial products sum in another order than the whole model's, so logits
+// agree within rounding, not bitwise.
 
 // The sum over the tensor-parallel group of each rank's partial `x` (x
 // itself without tensor parallelism).
 Tensor reduce_partial(const Tensor& x, const TensorParallel& tp) {
   return tp.size > 1 ? ops::all_reduce(x, tp.group) : x;
+}
+
+// The logits [rows, vocab] from the final hidden state: with the classifier
+// split by vocabulary, each rank's [rows, vocab/size] are gathered (rank
+// order, dim 0) and interleaved back into whole rows.
+Tensor classify(const Tensor& x, const Tensor& output, const LlamaConfig& c,
+                const TensorParallel& tp) {
+  Tensor local = ops::linear(x, output);  // [rows, vocab / size] or [rows, vocab]
+  const std::int64_t part = output.shape()[0];
+  if (part == c.vocab_size) return local;
+  const SymInt rows = x.sym_size(0);
+  const Tensor gathered = ops::all_gather(local, tp.group, tp.size);  // [size * rows, vocab/size]
+  const Tensor by_rank = ops::view(gathered, {tp.size, rows, part});
+  return ops::reshape(ops::transpose(by_rank, 0, 1), {rows, c.vocab_size});
 }
 
 // A layer's SwiGLU feed-forward with its residual: x + w2(silu(w1 h) * w3 h),
@@ -174,7 +210,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
     x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
-  return ops::linear(x, weights_.output);  // [P, vocab]
+  return classify(x, weights_.output, c, tp_);  // [P, vocab]
 }
 
 // Note [Batched decoding]
@@ -219,7 +255,7 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
     x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
-  return ops::linear(x, weights_.output);  // [B, vocab]
+  return classify(x, weights_.output, c, tp_);  // [B, vocab]
 }
 
 Tensor LlamaModel::new_batched_kv_cache(std::int64_t slots, std::int64_t positions) const {
@@ -347,6 +383,12 @@ std::optional<ShardSlice> shard_slice(const LlamaConfig& c, const TensorParallel
   return std::nullopt;  // the norms
 }
 
+std::optional<ShardSlice> classifier_slice(const LlamaConfig& c, const TensorParallel& tp) {
+  const Split s = split_of(c, tp);
+  if (s.vocab == c.vocab_size) return std::nullopt;
+  return ShardSlice{0, tp.rank * s.vocab, s.vocab};
+}
+
 }  // namespace detail
 
 LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
@@ -377,7 +419,15 @@ LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
     w.layers.push_back(std::move(out));
   }
   w.norm = src.norm;
-  w.output = src.output;
+  // A shared classifier stays the embedding (the constructor takes this
+  // rank's rows as a view); a separate one is cut here.
+  const std::optional<detail::ShardSlice> rows = detail::classifier_slice(c, tp);
+  if (!rows || src.output.shares_storage(src.tok_embeddings)) {
+    w.output = src.output;
+  } else {
+    w.output = ops::zeros({rows->count, c.dim});
+    ops::copy_(w.output, ops::narrow(src.output, 0, rows->start, rows->count));
+  }
   return LlamaModel(c, std::move(w), tp);
 }
 

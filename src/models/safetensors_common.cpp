@@ -386,8 +386,10 @@ LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Nam
     const auto raw = checked_range(t.file->data, t.entry.begin, t.entry.end - t.entry.begin,
                                    t.file->name, "tensor " + key);
     const std::string what = std::string(t.file->name).append(": tensor ").append(key);
-    const auto slice =
-        t.slot.layer >= 0 ? shard_slice(c, tp, kFields[t.slot.field].member) : std::nullopt;
+    const bool classifier = t.slot.layer < 0 && t.slot.field == 2 && !c.shared_classifier;
+    const auto slice = t.slot.layer >= 0 ? shard_slice(c, tp, kFields[t.slot.field].member)
+                       : classifier      ? classifier_slice(c, tp)
+                                         : std::nullopt;
     Tensor value = slice ? decode_tensor_slice(raw, t.entry.dtype, t.entry.shape, *slice, what)
                          : decode_tensor(raw, t.entry.dtype, t.entry.shape, what);
     if (c.shared_classifier && t.slot.layer < 0 && t.slot.field == 2) {

@@ -26,7 +26,17 @@ const dist::Communicator& world() {
   return c;
 }
 
-models::TensorParallel my_part() { return {world().group(), world().rank(), world().size()}; }
+models::TensorParallel my_part(
+    models::ClassifierSplit classifier = models::ClassifierSplit::vocab) {
+  return {world().group(), world().rank(), world().size(), classifier};
+}
+
+constexpr models::ClassifierSplit kSplits[] = {models::ClassifierSplit::vocab,
+                                               models::ClassifierSplit::replicated};
+const char* split_name(models::ClassifierSplit s) {
+  return s == models::ClassifierSplit::vocab ? "classifier split by vocab"
+                                             : "classifier replicated";
+}
 
 const fs::path kStories = fs::path(SG_SHARED_DIR) / "models" / "stories260K";
 
@@ -43,25 +53,30 @@ std::vector<std::int64_t> reference_ids() {
 TEST(llama_tp, stories260k_reproduces_the_reference_ids_in_every_mode) {
   if (!fs::exists(kStories / "stories260K.bin")) GTEST_SKIP() << "no " << kStories;
   const models::LlamaModel whole = models::load_model((kStories / "stories260K.bin").string());
-  const models::LlamaModel shard = models::shard_model(whole, my_part());
   std::vector<std::int64_t> want = reference_ids();
   ASSERT_EQ(want.size(), 200U);
   if (world().size() > 2) want.resize(32);
-  // Each rank holds its share of the weights (the replicated embedding and
-  // norms are the rest).
-  if (world().size() == 2) {
-    EXPECT_LE(static_cast<double>(shard.weight_bytes()),
-              0.6 * static_cast<double>(whole.weight_bytes()));
-  }
-  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
-    SCOPED_TRACE(static_cast<int>(mode));
-    sg::tools::GenerateOptions o;
-    o.steps = static_cast<std::int64_t>(want.size());
-    o.mode = mode;
-    const sg::tools::GenerateResult r = sg::tools::generate(shard, o);
-    EXPECT_EQ(r.ids, want);
-    if (mode != sg::Mode::eager) {
-      EXPECT_EQ(r.decode_counters.captured, 1);
+  for (const models::ClassifierSplit split : kSplits) {
+    SCOPED_TRACE(split_name(split));
+    const models::LlamaModel shard = models::shard_model(whole, my_part(split));
+    // Each rank holds its share of the weights (the replicated embedding and
+    // norms are the rest; a shared classifier split by vocabulary is a view
+    // of the embedding).
+    if (world().size() == 2) {
+      EXPECT_LE(static_cast<double>(shard.weight_bytes()),
+                0.6 * static_cast<double>(whole.weight_bytes()));
+    }
+    for (const sg::Mode mode :
+         {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+      SCOPED_TRACE(static_cast<int>(mode));
+      sg::tools::GenerateOptions o;
+      o.steps = static_cast<std::int64_t>(want.size());
+      o.mode = mode;
+      const sg::tools::GenerateResult r = sg::tools::generate(shard, o);
+      EXPECT_EQ(r.ids, want);
+      if (mode != sg::Mode::eager) {
+        EXPECT_EQ(r.decode_counters.captured, 1);
+      }
     }
   }
 }
@@ -72,24 +87,31 @@ TEST(llama_tp, random_model_logits_match_one_process) {
   models::LlamaConfig c;
   c.dim = 64, c.hidden_dim = 192, c.n_layers = 2, c.n_heads = 8, c.n_kv_heads = 4;
   c.vocab_size = 300, c.max_seq_len = 32;
-  const models::LlamaModel whole = models::random_model(c, 7);
-  const models::LlamaModel shard = models::shard_model(whole, my_part());
-  sg::tools::GenerateOptions o;
-  o.prompt = {1, 17, 42, 99};
-  o.steps = 8;
-  o.keep_logits = true;
-  o.mode = sg::Mode::eager;
-  const std::vector<float> want = sg::tools::generate(whole, o).logits;
-  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead}) {
-    o.mode = mode;
-    const std::vector<float> got = sg::tools::generate(shard, o).logits;
-    ASSERT_EQ(got.size(), want.size());
-    float worst = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const float d = std::fabs(got[i] - want[i]);
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  for (const bool shared : {true, false}) {
+    c.shared_classifier = shared;
+    const models::LlamaModel whole = models::random_model(c, 7);
+    sg::tools::GenerateOptions o;
+    o.prompt = {1, 17, 42, 99};
+    o.steps = 8;
+    o.keep_logits = true;
+    o.mode = sg::Mode::eager;
+    const std::vector<float> want = sg::tools::generate(whole, o).logits;
+    for (const models::ClassifierSplit split : kSplits) {
+      const models::LlamaModel shard = models::shard_model(whole, my_part(split));
+      for (const sg::Mode mode :
+           {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+        o.mode = mode;
+        const std::vector<float> got = sg::tools::generate(shard, o).logits;
+        ASSERT_EQ(got.size(), want.size());
+        float worst = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const float d = std::fabs(got[i] - want[i]);
+          worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        }
+        EXPECT_LE(worst, 1e-4F) << "mode " << static_cast<int>(mode) << ", " << split_name(split)
+                                << (shared ? ", shared" : ", separate");
+      }
     }
-    EXPECT_LE(worst, 1e-4F) << "mode " << static_cast<int>(mode);
   }
 }
 
