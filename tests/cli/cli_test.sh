@@ -6,30 +6,8 @@ set -uo pipefail
 bin=$1
 src=$2
 shared="$src/../shared/models/stories260K"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-check() {  # check NAME EXPECTED_STATUS -- command...
-  local name=$1 want=$2
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [[ $got == "$want" ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL $name: exit $got, expected $want"
-    sed 's/^/  stdout: /' "$tmp/out" | head -5
-    sed 's/^/  stderr: /' "$tmp/err" | head -5
-  fi
-}
-expect() {  # expect NAME CONDITION...
-  local name=$1
-  shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+# shellcheck source=checks.sh
+source "$(dirname "$0")/checks.sh"
 
 # A small model to work with.
 check make-model 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
@@ -472,5 +450,4 @@ else
   echo "skipped: $shared is absent (the shared reference model)"
 fi
 
-echo "cli: $pass passed, $fail failed"
-[[ $fail == 0 ]]
+finish cli

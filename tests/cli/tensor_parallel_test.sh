@@ -8,33 +8,10 @@ set -uo pipefail
 bin=$1
 src=$2
 mpiexec=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
 mpi=("$mpiexec" --oversubscribe --bind-to none)
+# shellcheck source=checks.sh
+source "$(dirname "$0")/checks.sh"
 
-check() {  # check NAME EXPECTED_STATUS -- command...
-  local name=$1 want=$2
-  shift 3
-  local start=$SECONDS
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  (( SECONDS - start > 5 )) && echo "slow $name: $((SECONDS - start)) s"
-  if [[ $got == "$want" ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL $name: exit $got, expected $want"
-    sed 's/^/  stdout: /' "$tmp/out" | head -5
-    sed 's/^/  stderr: /' "$tmp/err" | head -5
-  fi
-}
-expect() {  # expect NAME CONDITION...
-  local name=$1
-  shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
 json_key() {  # json_key FILE KEY: the value of KEY in the JSON line FILE
   /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
@@ -132,5 +109,4 @@ expect kill-job-failed test "$status" -ne 0
 expect kill-bounded test $((SECONDS - start)) -lt 30
 expect kill-did-not-finish test "$(wc -w <"$tmp/kill-out")" -lt 8001
 
-echo "tensor parallel cli: $pass passed, $fail failed"
-[[ $fail == 0 ]]
+finish "tensor parallel cli"
