@@ -6,6 +6,9 @@ as `mpirun -np 2 sinkgraph generate --tensor-parallel 2` with the classifier
 split by vocabulary and replicated, one compute thread per rank, interleaved
 round by round (drift in the machine's speed hits every column alike). Then
 runs `bench_tp_collectives` under mpirun -np 2: a token's collectives alone.
+Each round also runs `bench_bandwidth` at 1 and 2 threads: on a shared VM
+the second core's memory bandwidth comes and goes, and N = 2 can only gain
+what it adds, so the table lists each round's ratios side by side.
 Writes results.json (every run) and table.md (medians, min-max, ratios with
 their spread over rounds) into --out, and prints the table.
 
@@ -53,6 +56,7 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--sinkgraph", default="build/release/tools/sinkgraph")
     p.add_argument("--collectives", default="build/release/bench/bench_tp_collectives")
+    p.add_argument("--bandwidth", default="build/release/bench/bench_bandwidth")
     p.add_argument("--mpiexec", default="mpiexec")
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--rounds", type=int, default=5)
@@ -61,8 +65,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     runs = {(c[0], m): [] for c in COLUMNS for m in MODES}
-    ids = {}
+    bandwidth = []  # per round: (1 thread, 2 threads) GB/s
     for _ in range(args.rounds):
+        bw_json = os.path.join(args.out, "bandwidth.json")
+        subprocess.run([args.bandwidth, "--bytes", str(256 << 20), "--reps", "3",
+                        "--json", bw_json], check=True, capture_output=True)
+        with open(bw_json) as f:
+            bw = {r["threads"]: r["median_gb_per_s"] for r in json.load(f)["results"]}
+        bandwidth.append((bw[1], bw[2]))
         for mode in MODES:
             for column in COLUMNS:
                 stats = run(args, column, mode)
@@ -82,6 +92,13 @@ def main():
     lines += ["", "graph / eager (per round): " + ", ".join(
         f"{c[0]} reduce-overhead {spread([a / b for a, b in zip(tps[(c[0], 'reduce-overhead')], tps[(c[0], 'eager')])], 2)}"
         for c in COLUMNS)]
+    lines += ["", "per round: read bandwidth 1 thread / 2 threads (GB/s), their ratio, and "
+              "N=2 vocab / N=1 in reduce-overhead", ""]
+    ro_one = tps[("N=1", "reduce-overhead")]
+    ro_two = tps[("N=2 vocab", "reduce-overhead")]
+    for i, (one, two) in enumerate(bandwidth):
+        lines.append(f"- round {i + 1}: {one:.1f} / {two:.1f} GB/s ({two / one:.2f}x); "
+                     f"N=2 / N=1 {ro_two[i] / ro_one[i]:.2f}x")
     wb = {c[0]: runs[(c[0], "reduce-overhead")][0]["weight_bytes"] for c in COLUMNS}
     lines += ["", "weight_bytes per process: " + ", ".join(f"{k} {v}" for k, v in wb.items())]
 
@@ -93,7 +110,8 @@ def main():
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({f"{k[0]} {k[1]}": v for k, v in runs.items()}, f, indent=1)
+        json.dump({"runs": {f"{k[0]} {k[1]}": v for k, v in runs.items()},
+                   "bandwidth_gb_per_s": bandwidth}, f, indent=1)
 
 
 if __name__ == "__main__":
