@@ -38,9 +38,13 @@ keys = ["mode", "prompt_tokens", "generated_tokens", "prefill_tokens_per_s", "de
         "recapture_due_to_mutated_input_change", "recapture_due_to_parameter_change",
         "recapture_due_to_force_recapture", "eager_fallback_due_to_capture_limit",
         "pool_reserved_bytes", "peak_allocated_bytes", "kv_cache_bytes", "codegen_kernels",
-        "compile_cache_hits", "threads"]
+        "compile_cache_hits", "threads", "weight_bytes", "tp_size"]
 missing = [k for k in keys if k not in s]
 assert not missing, missing
+# m.bin's weights, counted from its config (dim 32, kv dim 16, hidden 64, 2
+# layers, vocab 64, classifier shared with the embedding), f32.
+layer = 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32
+assert s["weight_bytes"] == 4 * (64 * 32 + 2 * layer + 32) and s["tp_size"] == 1, s
 assert s["mode"] == "reduce-overhead" and s["generated_tokens"] == 6 and s["decode_captured"] == 1, s
 # one prefill call and five decode steps: every call replays, prefill and decode capture once
 assert s["replayed"] == 6 and s["captured"] == 2 and s["prefill_captured"] == 1, s
