@@ -118,7 +118,8 @@ constexpr const char* kBuiltin = "builtin";
 // process, each holding its shard of the model (Note [Tensor-parallel Llama]
 // in src/models/llama.cpp) and loading only that shard from the checkpoint.
 // MPI is initialised only under a launcher or with --tensor-parallel: a plain
-// run never touches it. N must be the world size, checked on every rank
+// run never touches it (nor, in a build without MPI, a run under a launcher
+// without the flag: it runs as one process). N must be the world size, checked on every rank
 // before anything else, so a mismatch is the same clear error everywhere.
 // Every rank runs the same decode loop (the same collectives in the same
 // order) and computes the same ids; rank 0 alone writes stdout and output
@@ -132,7 +133,7 @@ struct Parallel {
 };
 
 Parallel setup_parallel(const CliOptions& o) {
-  if (!o.tensor_parallel && !dist::launched_by_mpi()) return {};
+  if (!o.tensor_parallel && (!dist::launched_by_mpi() || !dist::available())) return {};
   const std::int64_t n = o.tensor_parallel.value_or(1);
   SG_CHECK(n >= 1, "--tensor-parallel must be >= 1, got ", n);
   dist::init();

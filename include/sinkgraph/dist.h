@@ -22,6 +22,10 @@
 
 namespace sinkgraph::dist {
 
+// True when this build has MPI (SINKGRAPH_MPI=ON); false in the library
+// built without it, whose init() throws.
+[[nodiscard]] SG_API bool available();
+
 // True when an MPI launcher (mpirun, mpiexec) started this process: its
 // environment then holds OMPI_COMM_WORLD_SIZE (Open MPI), PMIX_RANK or
 // PMI_RANK. A plain run never initialises MPI.

@@ -103,6 +103,8 @@ void finalize_at_exit() {
 
 }  // namespace
 
+bool available() { return true; }
+
 void init() {
   std::call_once(g_init, [] {
     MpiBackend& b = backend();

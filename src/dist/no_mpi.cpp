@@ -16,6 +16,7 @@ namespace {
 }
 }  // namespace
 
+bool available() { return false; }
 void init() { no_mpi(); }
 bool initialized() { return false; }
 int world_rank() { no_mpi(); }

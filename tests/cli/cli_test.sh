@@ -55,6 +55,12 @@ expect eager-counters-zero grep -q '"captured":0' "$tmp/out"
 check max-autotune 0 -- "$bin" generate --model "$tmp/m.bin" --steps 4 --stats --mode max-autotune
 expect max-autotune-stats grep -q '"mode":"max-autotune"' "$tmp/out"
 
+# --tensor-parallel without mpirun is a user error in every build: with MPI
+# the world has one process; without, the build says it has no MPI
+# (tensor_parallel_test.sh runs it under mpirun).
+check tensor-parallel-alone 2 -- "$bin" generate --model "$tmp/m.bin" --tensor-parallel 2 --steps 3
+expect tensor-parallel-alone-message grep -qE 'start it as mpirun|built without MPI' "$tmp/err"
+
 # --dump-logits: P + N - 1 rows of vocab f32.
 check dump 0 -- "$bin" generate --model "$tmp/m.bin" --prompt-ids "1 2 3" --steps 4 --dump-logits "$tmp/l.f32" --print-ids
 expect dump-size test "$(stat -c %s "$tmp/l.f32")" = $(((3 + 4 - 1) * 64 * 4))
