@@ -58,7 +58,14 @@ expect max-autotune-stats grep -q '"mode":"max-autotune"' "$tmp/out"
 # --tensor-parallel without mpirun is a user error in every build: with MPI
 # the world has one process; without, the build says it has no MPI
 # (tensor_parallel_test.sh runs it under mpirun).
-check tensor-parallel-alone 2 -- "$bin" generate --model "$tmp/m.bin" --tensor-parallel 2 --steps 3
+# With MPI this run initialises it (a singleton): under ASan, Open MPI's
+# allocations alive at exit are suppressed as for the MPI tests
+# (tests/dist/lsan.supp; tests/CMakeLists.txt says why).
+mpi_env=(env OMPI_MCA_mca_base_component_disable_dlclose=1
+  "ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}:fast_unwind_on_malloc=0"
+  "LSAN_OPTIONS=suppressions=$src/tests/dist/lsan.supp")
+check tensor-parallel-alone 2 -- "${mpi_env[@]}" "$bin" generate --model "$tmp/m.bin" \
+  --tensor-parallel 2 --steps 3
 expect tensor-parallel-alone-message grep -qE 'start it as mpirun|built without MPI' "$tmp/err"
 
 # --dump-logits: P + N - 1 rows of vocab f32.
