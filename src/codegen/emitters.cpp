@@ -326,9 +326,9 @@ bool emit_add_rms_norm(const EmitArgs& a, std::string& out) {
 // row, N dot products over K. With unit strides, four output rows at a
 // time, eight lanes each (the prelude's sg_v8), then a scalar tail for K not
 // a multiple of 8: x is loaded once for four rows of w, and four sums run
-// side by side. More rows than
-// kMaxLinearRows is a matrix product: declined, so OpenBLAS's kernel runs it
-// (a loop nest here would re-read the weights once per row).
+// side by side. More rows than kMaxLinearRows is a matrix product:
+// declined, so the linear kernel runs it (Note [Rows of a linear]; a loop
+// nest here would re-read the weights once per row).
 constexpr std::int64_t kMaxLinearRows = 4;
 // A weight larger than kStreamedWeightBytes (Note [Streamed weights])
 // streams from memory rather than the caches, and there the kernel's

@@ -88,6 +88,20 @@ std::vector<Case> cases() {
     out.push_back({"linear [5,256]x[384,256]", [=] { return sg::ops::linear(tx, tw).to_floats(); },
                    ref::linear(x, {5, 256}, w, 384), 1e-4, 1e-5});
   }
+  // A prefill's product: more rows than one chunk of x (kRowChunk, 32), on a
+  // cache-resident and a streaming weight; and the same as the PyTorch
+  // front-end traces an nn.Linear, matmul(x, w^T), which takes linear's kernel.
+  for (const Dims& shape : {Dims{384, 256}, Dims{1500, 256}}) {
+    const std::int64_t m = 70;
+    const auto w = rnd(shape[0] * shape[1]), x = rnd(m * shape[1]);
+    const sg::Tensor tw = make(w, shape), tx = make(x, {m, shape[1]});
+    const auto want = ref::linear(x, {m, shape[1]}, w, shape[0]);
+    out.push_back({"linear [70,256]x" + sgtest::str(shape),
+                   [=] { return sg::ops::linear(tx, tw).to_floats(); }, want, 1e-4, 1e-5});
+    out.push_back({"matmul [70,256]x" + sgtest::str(shape) + "^T",
+                   [=] { return sg::ops::matmul(tx, sg::ops::transpose(tw, 0, 1)).to_floats(); },
+                   want, 1e-4, 1e-5});
+  }
 
   // Decode attention (one query row) and a prefill block (four rows), by heads.
   for (const std::int64_t t_len : {1, 4}) {
@@ -217,29 +231,42 @@ TEST(ops_threads, every_split_kernel_matches_its_reference_and_itself_at_1_2_and
   }
 }
 
-// Batch invariance (Note [Rows of a linear]): each row of a linear over M
-// rows is bitwise the row computed alone, for cache-resident and streaming
-// weights, at any thread count; past kMaxKernelRows (32) the product is
-// OpenBLAS's and only agrees within rounding.
+// Batch invariance: each row of a linear over M rows is bitwise the row
+// computed alone up to 32 rows (Note [Rows of a linear]), and past 32 rows (a
+// prefill's product, Note [Products of many rows]) bitwise the same row
+// among other rows in another order, for cache-resident, streaming and
+// odd-sized weights (10 x 13: a partial block of columns and lanes; 1500 x
+// 700: more than one block of K), at any thread count.
 TEST(ops_threads, a_linear_row_is_the_same_alone_or_among_other_rows) {
   const ThreadCount restore;
   std::mt19937 rng(7);
-  for (const Dims& shape : {Dims{384, 256}, Dims{1500, 256}, Dims{10, 13}}) {
+  for (const Dims& shape : {Dims{384, 256}, Dims{1500, 256}, Dims{10, 13}, Dims{200, 700}}) {
     const auto w = sgtest::random_floats(rng, shape[0] * shape[1]);
     const sg::Tensor tw = make(w, shape);
-    for (const std::int64_t m : {2, 3, 5, 16, 32, 33}) {
+    const auto row_of = [&](const std::vector<float>& out, std::int64_t i) {
+      return std::vector<float>(out.begin() + i * shape[0], out.begin() + (i + 1) * shape[0]);
+    };
+    for (const std::int64_t m : {2, 3, 5, 16, 32, 33, 70}) {
       const auto x = sgtest::random_floats(rng, m * shape[1]);
       const sg::Tensor tx = make(x, {m, shape[1]});
+      std::vector<float> reversed_x;  // x's rows last to first
+      for (std::int64_t i = m - 1; i >= 0; --i)
+        reversed_x.insert(reversed_x.end(), x.begin() + i * shape[1],
+                          x.begin() + (i + 1) * shape[1]);
+      const sg::Tensor treversed = make(reversed_x, {m, shape[1]});
       for (const int threads : {1, 2, 3}) {
         sg::set_num_threads(threads);
         const std::vector<float> all = sg::ops::linear(tx, tw).to_floats();
         EXPECT_TRUE(sgtest::all_close(all, ref::linear(x, {m, shape[1]}, w, shape[0]), 1e-4, 1e-5))
             << sgtest::str(shape) << " m=" << m;
+        const std::vector<float> reversed = sg::ops::linear(treversed, tw).to_floats();
         for (std::int64_t i = 0; i < m; ++i) {
           const std::vector<float> xi(x.begin() + i * shape[1], x.begin() + (i + 1) * shape[1]);
           const std::vector<float> alone = sg::ops::linear(make(xi, {1, shape[1]}), tw).to_floats();
-          const std::vector<float> row(all.begin() + i * shape[0],
-                                       all.begin() + (i + 1) * shape[0]);
+          const std::vector<float> row = row_of(all, i);
+          EXPECT_TRUE(bitwise_equal(row, row_of(reversed, m - 1 - i)))
+              << sgtest::str(shape) << " m=" << m << " row " << i << " at " << threads
+              << " threads, reversed";
           if (m <= 32) {
             EXPECT_TRUE(bitwise_equal(row, alone)) << sgtest::str(shape) << " m=" << m << " row "
                                                    << i << " at " << threads << " threads";

@@ -100,9 +100,28 @@ void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
               b.ptr, static_cast<blasint>(b.ld), 0.0F, out, static_cast<blasint>(ldo));
 }
 
+// out[M, N] = x[M, K] @ w[N, K]^T for f32 rows, on the compute threads:
+// linear_rows_f32 up to kMaxKernelRows rows of x (Note [Rows of a linear]),
+// linear_tiles_f32 past them (Note [Products of many rows]).
+void linear_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
+                std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+                KernelContext& ctx);
+
+// out[M, N] = a @ b. A b that is the transpose of a row-major w[N, K] (how
+// an nn.Linear reaches matmul from the PyTorch front-end: aten.t then mm)
+// with row-major a is a linear, and runs linear's kernels on the compute
+// threads; any other layout runs OpenBLAS on one.
+void product(const Mat& a, const Mat& b, float* out, std::int64_t ldo, KernelContext& ctx) {
+  if (b.trans && !a.trans && a.rows > 0 && a.cols > 0 && b.cols > 0) {
+    linear_f32(b.ptr, b.ld, a.ptr, a.ld, out, ldo, a.rows, b.cols, a.cols, ctx);
+    return;
+  }
+  gemm(a, b, out, ldo);
+}
+
 // Batched matmul: a[B..., M, K] @ b[B'..., K, N] -> out[B..., M, N], where b's
 // batch dims broadcast against a's (a 2-D b is shared by every batch).
-void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
+void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out, KernelContext& ctx) {
   keep_blas_serial();
   const int nd = out.ndim;
   const std::int64_t m = out.sizes[nd - 2];
@@ -128,7 +147,7 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
   if (fold) {
     const Mat ma{static_cast<const float*>(a.data) + a.offset, batch * m, a.sizes[a.ndim - 1],
                  a.strides[a.ndim - 2], false};
-    gemm(ma, mb0, static_cast<float*>(out.data) + out.offset, n);
+    product(ma, mb0, static_cast<float*>(out.data) + out.offset, n, ctx);
     return;
   }
   std::int64_t astr[1][kMaxDims] = {}, bstr[1][kMaxDims] = {};
@@ -154,10 +173,10 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
     const Mat mb = b.ndim == 2 ? mb0 : describe(b, bo, sb);
     const bool direct = out.dtype == DType::f32 && out.strides[nd - 1] == 1;
     if (direct) {
-      gemm(ma, mb, static_cast<float*>(out.data) + oo, out.strides[nd - 2]);
+      product(ma, mb, static_cast<float*>(out.data) + oo, out.strides[nd - 2], ctx);
     } else {
       so.assign(static_cast<std::size_t>(m * n), 0.0F);
-      gemm(ma, mb, so.data(), n);
+      product(ma, mb, so.data(), n, ctx);
       dispatch_float(out.dtype, [&]<typename T>() {
         T* po = static_cast<T*>(out.data) + oo;
         for (std::int64_t r = 0; r < m; ++r) {
@@ -177,8 +196,8 @@ void batched(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
 
 }  // namespace
 
-void matmul(const ArgBlock& args, KernelContext& /*ctx*/) {
-  batched(args.tensors[0], args.tensors[1], args.tensors[2]);
+void matmul(const ArgBlock& args, KernelContext& ctx) {
+  batched(args.tensors[0], args.tensors[1], args.tensors[2], ctx);
 }
 
 namespace {
@@ -251,6 +270,120 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
   });
 }
 
+// Note [Products of many rows]
+// A prefill's products (more than kMaxKernelRows rows of x) are compute
+// bound, and there the dot-product walk of linear_rows_f32 (Note [Rows of a
+// linear]) reaches about half of what OpenBLAS's sgemm does on one thread
+// (bench_linear: 23-30 against 55-74 GFLOP/s), because every multiply-add
+// loads both of its operands and each sum ends in a lane reduction. OpenBLAS
+// cannot run on several compute threads at once (Note [OpenBLAS is not
+// reentrant]), so these products run a register-blocked kernel of our own,
+// split across the compute threads by blocks of kTileCols output columns
+// (weight rows). A part packs its block's weight rows transposed, 16 columns
+// by up to kTileDepth of K, on its stack, then walks x kTileRows rows at a time:
+// for each k, two vectors of the packed block and six broadcasts of x feed
+// twelve multiply-adds into twelve accumulators that stay in registers.
+// Each output is one sequential multiply-add chain over k, whatever the
+// rows, columns or thread count around it, so a row's result is the same
+// alone or among others past kMaxKernelRows too, and at any thread count; it
+// differs from linear_rows_f32's lane sums by rounding only.
+constexpr std::int64_t kTileCols = 16, kTileRows = 6;
+constexpr std::int64_t kTileDepth = 512;
+
+// out[i, 0..cols) for R rows of x over k in [0, kc), continuing the sums
+// already in out when `resume` (a later block of k: storing a float and
+// loading it back is exact, so the chain is unbroken).
+template <int R>
+void tile_rows(const float* packed, const float* x, std::int64_t ldx, std::int64_t kc, float* out,
+               std::int64_t ldo, std::int64_t cols, bool resume) {
+  vec::F8 acc[R][2] = {};
+  if (resume) {
+    for (int i = 0; i < R; ++i) {
+      float row[kTileCols] = {};
+      std::copy(out + i * ldo, out + i * ldo + cols, row);
+      std::memcpy(&acc[i][0], row, sizeof acc[i][0]);
+      std::memcpy(&acc[i][1], row + vec::kLanes, sizeof acc[i][1]);
+    }
+  }
+  for (std::int64_t c = 0; c < kc; ++c) {
+    vec::F8 b0, b1;
+    std::memcpy(&b0, packed + c * kTileCols, sizeof b0);
+    std::memcpy(&b1, packed + c * kTileCols + vec::kLanes, sizeof b1);
+    for (int i = 0; i < R; ++i) {
+      const float a = x[i * ldx + c];
+      acc[i][0] += a * b0;
+      acc[i][1] += a * b1;
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    float row[kTileCols];
+    std::memcpy(row, &acc[i][0], sizeof acc[i][0]);
+    std::memcpy(row + vec::kLanes, &acc[i][1], sizeof acc[i][1]);
+    std::copy(row, row + cols, out + i * ldo);
+  }
+}
+
+void linear_tiles_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx,
+                      float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+                      KernelContext& ctx) {
+  const std::int64_t blocks = (n + kTileCols - 1) / kTileCols;
+  parallel_for(ctx, blocks, grain_for(m * k * kTileCols),
+               [&](std::int64_t begin, std::int64_t end) {
+                 alignas(64) float packed[kTileDepth * kTileCols];  // 32 KiB: L1
+                 for (std::int64_t b = begin; b < end; ++b) {
+                   const std::int64_t r0 = b * kTileCols, cols = std::min(kTileCols, n - r0);
+                   for (std::int64_t k0 = 0; k0 < k; k0 += kTileDepth) {
+                     const std::int64_t kc = std::min(kTileDepth, k - k0);
+                     for (std::int64_t j = 0; j < kTileCols; ++j) {
+                       if (j < cols) {
+                         const float* wr = w + (r0 + j) * ldw + k0;
+                         for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = wr[c];
+                       } else {
+                         for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = 0.0F;
+                       }
+                     }
+                     std::int64_t i = 0;
+                     const auto tile = [&]<int R>() {
+                       tile_rows<R>(packed, x + i * ldx + k0, ldx, kc, out + i * ldo + r0, ldo,
+                                    cols, k0 > 0);
+                       i += R;
+                     };
+                     while (i + kTileRows <= m) tile.template operator()<kTileRows>();
+                     switch (m - i) {
+                       case 5:
+                         tile.template operator()<5>();
+                         break;
+                       case 4:
+                         tile.template operator()<4>();
+                         break;
+                       case 3:
+                         tile.template operator()<3>();
+                         break;
+                       case 2:
+                         tile.template operator()<2>();
+                         break;
+                       case 1:
+                         tile.template operator()<1>();
+                         break;
+                       default:
+                         break;
+                     }
+                   }
+                 }
+               });
+}
+
+// Rows of x up to this many run linear_rows_f32; more (a prefill) run
+// linear_tiles_f32, whose register blocking wins there.
+constexpr std::int64_t kMaxKernelRows = 32;
+
+void linear_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
+                std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+                KernelContext& ctx) {
+  (m <= kMaxKernelRows ? linear_rows_f32 : linear_tiles_f32)(w, ldw, x, ldx, out, ldo, m, n, k,
+                                                             ctx);
+}
+
 // The uniform stride between the rows of `t` over its last dimension (its
 // leading dimensions folded into one), or -1 when they do not fold.
 std::int64_t folded_row_stride(const TensorArg& t) {
@@ -271,11 +404,6 @@ std::int64_t folded_row_stride(const TensorArg& t) {
 
 }  // namespace
 
-// Rows of x up to this many run linear_rows_f32 (Note [Rows of a linear]);
-// more (a long prompt's prefill) run OpenBLAS's sgemm, whose blocking wins
-// there but which runs on one thread (Note [OpenBLAS is not reentrant]).
-constexpr std::int64_t kMaxKernelRows = 32;
-
 void linear(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& w = args.tensors[1];
@@ -283,19 +411,19 @@ void linear(const ArgBlock& args, KernelContext& ctx) {
   const std::int64_t k = w.sizes[1], n = w.sizes[0];
   const std::int64_t m = k > 0 ? x.numel() / k : 0;
   if (x.dtype == DType::f32 && w.dtype == DType::f32 && out.dtype == DType::f32 && k > 0 &&
-      m >= 1 && m <= kMaxKernelRows && x.strides[x.ndim - 1] == 1 && w.strides[1] == 1 &&
-      w.strides[0] >= k && out.strides[out.ndim - 1] == 1) {
+      m >= 1 && x.strides[x.ndim - 1] == 1 && w.strides[1] == 1 && w.strides[0] >= k &&
+      out.strides[out.ndim - 1] == 1) {
     const std::int64_t ldx = folded_row_stride(x), ldo = folded_row_stride(out);
     if (ldx >= 0 && ldo >= 0) {
-      linear_rows_f32(w.ptr<float>(), w.strides[0], x.ptr<float>(), ldx, out.ptr<float>(), ldo, m,
-                      n, k, ctx);
+      linear_f32(w.ptr<float>(), w.strides[0], x.ptr<float>(), ldx, out.ptr<float>(), ldo, m, n, k,
+                 ctx);
       return;
     }
   }
   TensorArg wt = args.tensors[1];  // w[N, K] seen as w^T[K, N]: swap the dims
   std::swap(wt.sizes[0], wt.sizes[1]);
   std::swap(wt.strides[0], wt.strides[1]);
-  batched(args.tensors[0], wt, args.tensors[2]);
+  batched(args.tensors[0], wt, args.tensors[2], ctx);
 }
 
 }  // namespace sinkgraph::kernels::cpu

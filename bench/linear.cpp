@@ -1,0 +1,87 @@
+// bench_linear: linear(x[M, K], w[N, K]) on the compute threads against
+// OpenBLAS's sgemm on one thread (docs/performance.md, "Compute threads").
+//
+// BM_Linear/M/N/K/T runs ops::linear eagerly at T compute threads, one
+// product per iteration, synchronized each time; BM_Sgemm/M/N/K is
+// cblas_sgemm(x, w^T) called directly, the reference the kernel replaced for
+// more than 32 rows (a prefill's products). Shapes are the dim-512 model's
+// (q/k/v/o 512 x 512, w1/w3 1376 x 512, w2 512 x 1376) and TinyLlama-1.1B's
+// (2048 x 2048, 5632 x 2048). Report ratios from one run: the rows share the
+// machine's state.
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/ops.h"
+#include "sinkgraph/stream.h"
+
+namespace sg = sinkgraph;
+
+namespace {
+
+std::vector<float> noise(std::int64_t n, unsigned seed) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  unsigned s = seed;
+  for (float& x : v) {
+    s = s * 1664525U + 1013904223U;
+    x = static_cast<float>(s >> 8) / static_cast<float>(1U << 24) - 0.5F;
+  }
+  return v;
+}
+
+void BM_Linear(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  sg::set_num_threads(static_cast<int>(state.range(3)));
+  const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
+  const sg::Tensor w = sg::Tensor::from_floats(noise(n * k, 2), {n, k});
+  sg::Stream& stream = sg::current_stream();
+  for (auto _ : state) {
+    sg::Tensor out = sg::ops::linear(x, w);
+    stream.synchronize();
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  sg::set_num_threads(sg::available_cores());
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  openblas_set_num_threads(1);
+  const auto x = noise(m * k, 1), w = noise(n * k, 2);
+  std::vector<float> out(static_cast<std::size_t>(m * n));
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0F, x.data(),
+                static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0F, out.data(),
+                static_cast<blasint>(n));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// {M, N, K}: a prefill's rows against each weight shape.
+const std::vector<std::vector<std::int64_t>> kShapes = {
+    {64, 512, 512},   {256, 512, 512}, {64, 1376, 512},   {256, 1376, 512},
+    {256, 512, 1376}, {33, 512, 512},  {128, 2048, 2048}, {128, 5632, 2048},
+};
+
+void linear_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kShapes) {
+    for (std::int64_t t : {1, 2}) b->Args({s[0], s[1], s[2], t});
+  }
+}
+
+void sgemm_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kShapes) b->Args(s);
+}
+
+BENCHMARK(BM_Linear)->Apply(linear_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
+BENCHMARK(BM_Sgemm)->Apply(sgemm_args)->ArgNames({"M", "N", "K"})->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
