@@ -6,8 +6,9 @@
 // cblas_sgemm(x, w^T) called directly, the reference the kernel replaced for
 // more than 32 rows (a prefill's products). Shapes are the dim-512 model's
 // (q/k/v/o 512 x 512, w1/w3 1376 x 512, w2 512 x 1376) and TinyLlama-1.1B's
-// (2048 x 2048, 5632 x 2048). Report ratios from one run: the rows share the
-// machine's state.
+// (2048 x 2048, 5632 x 2048). BM_MatmulRowMajor/BM_SgemmRowMajor do the
+// same for matmul with a row-major right operand. Report ratios from one
+// run: the rows share the machine's state.
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -63,6 +64,40 @@ void BM_Sgemm(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// matmul(x[M, K], b[K, N]) with a row-major b (attention's probabilities @
+// v through the PyTorch front end) at T threads, against sgemm(x, b).
+void BM_MatmulRowMajor(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  sg::set_num_threads(static_cast<int>(state.range(3)));
+  const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
+  const sg::Tensor b = sg::Tensor::from_floats(noise(k * n, 2), {k, n});
+  sg::Stream& stream = sg::current_stream();
+  for (auto _ : state) {
+    sg::Tensor out = sg::ops::matmul(x, b);
+    stream.synchronize();
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  sg::set_num_threads(sg::available_cores());
+}
+
+void BM_SgemmRowMajor(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  openblas_set_num_threads(1);
+  const auto x = noise(m * k, 1), b = noise(k * n, 2);
+  std::vector<float> out(static_cast<std::size_t>(m * n));
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0F, x.data(),
+                static_cast<blasint>(k), b.data(), static_cast<blasint>(n), 0.0F, out.data(),
+                static_cast<blasint>(n));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // {M, N, K}: a prefill's rows against each weight shape.
 const std::vector<std::vector<std::int64_t>> kShapes = {
     {64, 512, 512},   {256, 512, 512}, {64, 1376, 512},   {256, 1376, 512},
@@ -81,6 +116,14 @@ void sgemm_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Linear)->Apply(linear_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
 BENCHMARK(BM_Sgemm)->Apply(sgemm_args)->ArgNames({"M", "N", "K"})->UseRealTime();
+BENCHMARK(BM_MatmulRowMajor)
+    ->ArgsProduct({{8, 128}, {512}, {512}, {1, 2}})
+    ->ArgNames({"M", "N", "K", "T"})
+    ->UseRealTime();
+BENCHMARK(BM_SgemmRowMajor)
+    ->ArgsProduct({{8, 128}, {512}, {512}})
+    ->ArgNames({"M", "N", "K"})
+    ->UseRealTime();
 
 }  // namespace
 

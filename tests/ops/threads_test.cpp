@@ -102,6 +102,20 @@ std::vector<Case> cases() {
                    [=] { return sg::ops::matmul(tx, sg::ops::transpose(tw, 0, 1)).to_floats(); },
                    want, 1e-4, 1e-5});
   }
+  // matmul with a row-major b[K, N] (attention's probabilities @ v): the
+  // tiled kernel at any number of rows, split by columns.
+  for (const std::int64_t m : {1, 5, 70}) {
+    const std::int64_t kk = 700, nn = 300;  // two blocks of K, a partial block of columns
+    const auto w = rnd(nn * kk), x = rnd(m * kk);
+    std::vector<float> wt(w.size());  // w^T, row-major [K, N]
+    for (std::int64_t r = 0; r < nn; ++r) {
+      for (std::int64_t c = 0; c < kk; ++c) wt[c * nn + r] = w[r * kk + c];
+    }
+    const sg::Tensor twt = make(wt, {kk, nn}), tx = make(x, {m, kk});
+    out.push_back({"matmul [" + std::to_string(m) + ",700]x[700,300]",
+                   [=] { return sg::ops::matmul(tx, twt).to_floats(); },
+                   ref::linear(x, {m, kk}, w, nn), 1e-4, 1e-5});
+  }
 
   // Decode attention (one query row) and a prefill block (four rows), by heads.
   for (const std::int64_t t_len : {1, 4}) {

@@ -100,20 +100,35 @@ void gemm(const Mat& a, const Mat& b, float* out, std::int64_t ldo) {
               b.ptr, static_cast<blasint>(b.ld), 0.0F, out, static_cast<blasint>(ldo));
 }
 
+// The tiled kernel's block (Note [Products of many rows]): kTileRows rows of
+// x by kTileCols columns of out, over up to kTileDepth of K at a time.
+constexpr std::int64_t kTileCols = 16, kTileRows = 6, kTileDepth = 512;
+
 // out[M, N] = x[M, K] @ w[N, K]^T for f32 rows, on the compute threads:
 // linear_rows_f32 up to kMaxKernelRows rows of x (Note [Rows of a linear]),
 // linear_tiles_f32 past them (Note [Products of many rows]).
 void linear_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx, float* out,
                 std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                 KernelContext& ctx);
+void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
+               float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+               KernelContext& ctx);
 
-// out[M, N] = a @ b. A b that is the transpose of a row-major w[N, K] (how
-// an nn.Linear reaches matmul from the PyTorch front-end: aten.t then mm)
-// with row-major a is a linear, and runs linear's kernels on the compute
-// threads; any other layout runs OpenBLAS on one.
+// out[M, N] = a @ b with rows of a contiguous, on the compute threads. A b
+// that is the transpose of a row-major w[N, K] (how an nn.Linear reaches
+// matmul from the PyTorch front-end: aten.t then mm) is a linear and runs
+// linear's kernels; a row-major b[K, N] (attention's probabilities @ v)
+// at least kTileCols wide runs the tiled kernel at any number of rows (Note
+// [Products of many rows]). Anything else runs OpenBLAS on one thread.
 void product(const Mat& a, const Mat& b, float* out, std::int64_t ldo, KernelContext& ctx) {
-  if (b.trans && !a.trans && a.rows > 0 && a.cols > 0 && b.cols > 0) {
+  if (!a.trans && a.rows > 0 && a.cols > 0 && b.trans && b.cols > 0) {
     linear_f32(b.ptr, b.ld, a.ptr, a.ld, out, ldo, a.rows, b.cols, a.cols, ctx);
+    return;
+  }
+  // Narrower than one block of columns (a matrix-vector a @ v) would waste
+  // most of each block's multiply-adds: OpenBLAS.
+  if (!a.trans && a.rows > 0 && a.cols > 0 && b.cols >= kTileCols) {
+    tiles_f32(b.ptr, 1, b.ld, a.ptr, a.ld, out, ldo, a.rows, b.cols, a.cols, ctx);
     return;
   }
   gemm(a, b, out, ldo);
@@ -279,16 +294,18 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
 // cannot run on several compute threads at once (Note [OpenBLAS is not
 // reentrant]), so these products run a register-blocked kernel of our own,
 // split across the compute threads by blocks of kTileCols output columns
-// (weight rows). A part packs its block's weight rows transposed, 16 columns
-// by up to kTileDepth of K, on its stack, then walks x kTileRows rows at a time:
+// (weight rows). A part packs its block's weight rows transposed, 16
+// columns by up to kTileDepth of K, on its stack, then walks x kTileRows
+// rows at a time:
 // for each k, two vectors of the packed block and six broadcasts of x feed
 // twelve multiply-adds into twelve accumulators that stay in registers.
 // Each output is one sequential multiply-add chain over k, whatever the
-// rows, columns or thread count around it, so a row's result is the same
-// alone or among others past kMaxKernelRows too, and at any thread count; it
-// differs from linear_rows_f32's lane sums by rounding only.
-constexpr std::int64_t kTileCols = 16, kTileRows = 6;
-constexpr std::int64_t kTileDepth = 512;
+// rows, columns or thread count around it (a later block of K resumes the
+// chain from out), so a row's result is the same among any other rows past
+// kMaxKernelRows, and at any thread count; it differs from linear_rows_f32's
+// lane sums (a row alone) by rounding only. A matmul's row-major b[K, N]
+// packs the same way, reading 16 contiguous floats per k, and runs this
+// kernel at any number of rows (product()).
 
 // out[i, 0..cols) for R rows of x over k in [0, kc), continuing the sums
 // already in out when `resume` (a later block of k: storing a float and
@@ -323,54 +340,68 @@ void tile_rows(const float* packed, const float* x, std::int64_t ldx, std::int64
   }
 }
 
-void linear_tiles_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx,
-                      float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
-                      KernelContext& ctx) {
+// Packs columns [r0, r0 + cols) by k in [k0, k0 + kc) of a weight whose
+// element (n, k) is w[n * wn + k * wk] into packed[c * kTileCols + j],
+// zeros past `cols`.
+void pack_block(const float* w, std::int64_t wn, std::int64_t wk, std::int64_t r0,
+                std::int64_t cols, std::int64_t k0, std::int64_t kc, float* packed) {
+  if (wk == 1) {  // a linear's w[N, K]: each column is a row of w
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const float* wr = w + (r0 + j) * wn + k0;
+      for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = wr[c];
+    }
+  } else {  // a matmul's b[K, N]: each k is a row of b
+    for (std::int64_t c = 0; c < kc; ++c) {
+      const float* src = w + (k0 + c) * wk + r0 * wn;
+      for (std::int64_t j = 0; j < cols; ++j) packed[c * kTileCols + j] = src[j * wn];
+    }
+  }
+  for (std::int64_t j = cols; j < kTileCols; ++j) {
+    for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = 0.0F;
+  }
+}
+
+// Blocks [begin, end) of kTileCols columns: out[M, cols] for every row of x.
+void tile_part(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
+               float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+               std::int64_t begin, std::int64_t end) {
+  alignas(64) float packed[kTileDepth * kTileCols];  // 32 KiB: L1
+  for (std::int64_t b = begin; b < end; ++b) {
+    const std::int64_t r0 = b * kTileCols, cols = std::min(kTileCols, n - r0);
+    for (std::int64_t k0 = 0; k0 < k; k0 += kTileDepth) {
+      const std::int64_t kc = std::min(kTileDepth, k - k0);
+      pack_block(w, wn, wk, r0, cols, k0, kc, packed);
+      std::int64_t i = 0;
+      const auto tile = [&]<int R>() {
+        tile_rows<R>(packed, x + i * ldx + k0, ldx, kc, out + i * ldo + r0, ldo, cols, k0 > 0);
+        i += R;
+      };
+      while (i + kTileRows <= m) tile.template operator()<kTileRows>();
+      if (m - i >= 4) tile.template operator()<4>();  // fewer than kTileRows left
+      if (m - i >= 2) tile.template operator()<2>();
+      if (m - i >= 1) tile.template operator()<1>();
+      SG_ASSERT(i == m, "tile_part left rows of x");
+    }
+  }
+}
+
+// out[M, N] = x[M, K] @ W for a weight whose element (n, k) is
+// w[n * wn + k * wk]: a linear's w[N, K] (wn = ldw, wk = 1) or a matmul's
+// row-major b[K, N] (wn = 1, wk = ldb).
+void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
+               float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+               KernelContext& ctx) {
   const std::int64_t blocks = (n + kTileCols - 1) / kTileCols;
   parallel_for(ctx, blocks, grain_for(m * k * kTileCols),
                [&](std::int64_t begin, std::int64_t end) {
-                 alignas(64) float packed[kTileDepth * kTileCols];  // 32 KiB: L1
-                 for (std::int64_t b = begin; b < end; ++b) {
-                   const std::int64_t r0 = b * kTileCols, cols = std::min(kTileCols, n - r0);
-                   for (std::int64_t k0 = 0; k0 < k; k0 += kTileDepth) {
-                     const std::int64_t kc = std::min(kTileDepth, k - k0);
-                     for (std::int64_t j = 0; j < kTileCols; ++j) {
-                       if (j < cols) {
-                         const float* wr = w + (r0 + j) * ldw + k0;
-                         for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = wr[c];
-                       } else {
-                         for (std::int64_t c = 0; c < kc; ++c) packed[c * kTileCols + j] = 0.0F;
-                       }
-                     }
-                     std::int64_t i = 0;
-                     const auto tile = [&]<int R>() {
-                       tile_rows<R>(packed, x + i * ldx + k0, ldx, kc, out + i * ldo + r0, ldo,
-                                    cols, k0 > 0);
-                       i += R;
-                     };
-                     while (i + kTileRows <= m) tile.template operator()<kTileRows>();
-                     switch (m - i) {
-                       case 5:
-                         tile.template operator()<5>();
-                         break;
-                       case 4:
-                         tile.template operator()<4>();
-                         break;
-                       case 3:
-                         tile.template operator()<3>();
-                         break;
-                       case 2:
-                         tile.template operator()<2>();
-                         break;
-                       case 1:
-                         tile.template operator()<1>();
-                         break;
-                       default:
-                         break;
-                     }
-                   }
-                 }
+                 tile_part(w, wn, wk, x, ldx, out, ldo, m, n, k, begin, end);
                });
+}
+
+void linear_tiles_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx,
+                      float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
+                      KernelContext& ctx) {
+  tiles_f32(w, ldw, 1, x, ldx, out, ldo, m, n, k, ctx);
 }
 
 // Rows of x up to this many run linear_rows_f32; more (a prefill) run
