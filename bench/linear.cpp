@@ -32,71 +32,53 @@ std::vector<float> noise(std::int64_t n, unsigned seed) {
   return v;
 }
 
-void BM_Linear(benchmark::State& state) {
+void count_flops(benchmark::State& state) {
+  const double flops = 2.0 * static_cast<double>(state.range(0) * state.range(1) * state.range(2));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ops::linear(x, w[N, K]) or, with `row_major_b`, ops::matmul(x, b[K, N]),
+// eagerly at state.range(3) compute threads, synchronized each call.
+void time_ops(benchmark::State& state, bool row_major_b) {
   const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   sg::set_num_threads(static_cast<int>(state.range(3)));
   const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
-  const sg::Tensor w = sg::Tensor::from_floats(noise(n * k, 2), {n, k});
+  const sg::Tensor w =
+      sg::Tensor::from_floats(noise(n * k, 2), row_major_b ? sg::Shape{k, n} : sg::Shape{n, k});
   sg::Stream& stream = sg::current_stream();
   for (auto _ : state) {
-    sg::Tensor out = sg::ops::linear(x, w);
+    sg::Tensor out = row_major_b ? sg::ops::matmul(x, w) : sg::ops::linear(x, w);
     stream.synchronize();
     benchmark::DoNotOptimize(out);
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  count_flops(state);
   sg::set_num_threads(sg::available_cores());
 }
 
-void BM_Sgemm(benchmark::State& state) {
+// The same product through cblas_sgemm on one thread.
+void time_sgemm(benchmark::State& state, bool row_major_b) {
   const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   openblas_set_num_threads(1);
   const auto x = noise(m * k, 1), w = noise(n * k, 2);
   std::vector<float> out(static_cast<std::size_t>(m * n));
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), 1.0F, x.data(),
-                static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0F, out.data(),
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, row_major_b ? CblasNoTrans : CblasTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0F,
+                x.data(), static_cast<blasint>(k), w.data(),
+                static_cast<blasint>(row_major_b ? n : k), 0.0F, out.data(),
                 static_cast<blasint>(n));
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
+  count_flops(state);
 }
 
+void BM_Linear(benchmark::State& state) { time_ops(state, false); }
+void BM_Sgemm(benchmark::State& state) { time_sgemm(state, false); }
 // matmul(x[M, K], b[K, N]) with a row-major b (attention's probabilities @
-// v through the PyTorch front end) at T threads, against sgemm(x, b).
-void BM_MatmulRowMajor(benchmark::State& state) {
-  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  sg::set_num_threads(static_cast<int>(state.range(3)));
-  const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
-  const sg::Tensor b = sg::Tensor::from_floats(noise(k * n, 2), {k, n});
-  sg::Stream& stream = sg::current_stream();
-  for (auto _ : state) {
-    sg::Tensor out = sg::ops::matmul(x, b);
-    stream.synchronize();
-    benchmark::DoNotOptimize(out);
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  sg::set_num_threads(sg::available_cores());
-}
-
-void BM_SgemmRowMajor(benchmark::State& state) {
-  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  openblas_set_num_threads(1);
-  const auto x = noise(m * k, 1), b = noise(k * n, 2);
-  std::vector<float> out(static_cast<std::size_t>(m * n));
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), 1.0F, x.data(),
-                static_cast<blasint>(k), b.data(), static_cast<blasint>(n), 0.0F, out.data(),
-                static_cast<blasint>(n));
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * m * n * k) * 1e-9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-}
+// v through the PyTorch front end), against sgemm(x, b).
+void BM_MatmulRowMajor(benchmark::State& state) { time_ops(state, true); }
+void BM_SgemmRowMajor(benchmark::State& state) { time_sgemm(state, true); }
 
 // {M, N, K}: a prefill's rows against each weight shape.
 const std::vector<std::vector<std::int64_t>> kShapes = {
