@@ -1,4 +1,18 @@
 # Sanitizer presets: 'address' turns on ASan + UBSan, 'thread' turns on TSan.
+#
+# Note [Sanitizer build flags]: the asan and tsan presets build RelWithDebInfo
+# with -O1 -g1 (CMakePresets.json), not CMake's -O2 -g. -O1 is what the
+# sanitizers' own documentation recommends, and line tables (-g1) are all
+# their reports need (function, file and line in every frame). GCC 12 with
+# ASan+UBSan at -O2 -g compiles our larger translation units twice as slowly,
+# which alone pushed a cold CI run past its time limit; the optimisation level
+# changes which inlining happens, not what the sanitizers check.
+#
+# UBSan instruments the product (src/, tools/, the benchmarks when built);
+# the tests' own code is built with ASan alone (tests/CMakeLists.txt). UBSan
+# checks the code it compiles, so the library's arithmetic, shifts, casts and
+# bounds stay checked under every test; what it no longer checks is the
+# tests' own code, at half the cost of compiling the suite under ASan+UBSan.
 if(SINKGRAPH_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
                       -fno-sanitize-recover=undefined)
