@@ -213,7 +213,10 @@ TEST(models_hf, ShardedIndexIsWhatTransformersReads) {
 
 // Half-precision conversions against the f32 reference logits
 // (bos_logits_64x512.f32: 64 teacher-forced positions; the largest logit
-// there is 15.7). docs/model.md states these bounds and the measured values
+// there is 15.7). The f32 bound is the checkpoint README's for any correct f32
+// implementation (1e-3; summation order alone moves logits by about 1e-4, and
+// the asan build's measured 1.006e-4); the check that the conversion itself
+// adds nothing is vs_ours below. docs/model.md states these bounds and the measured values
 // (f16 0.084, bf16 1.39: rounding the weights, nothing else, as the same
 // rounding in our own layout shows). Greedy decoding from BOS keeps the
 // reference ids for the first 37 (f16) and 10 (bf16) steps.
@@ -225,7 +228,7 @@ TEST(models_hf, HalfPrecisionConversionsStayWithinTheStatedTolerance) {
     DType dtype;
     float tolerance;
   };
-  for (const Case& c : {Case{DType::f32, 1e-4F}, Case{DType::f16, 0.1F}, Case{DType::bf16, 1.5F}}) {
+  for (const Case& c : {Case{DType::f32, 1e-3F}, Case{DType::f16, 0.1F}, Case{DType::bf16, 1.5F}}) {
     const TempDir dir;
     save_hf(stories(), dir.file("hf"), c.dtype, c.dtype == DType::bf16 ? 2 : 1);
     const std::vector<float> got = stories_logits(load_model(dir.file("hf")));
