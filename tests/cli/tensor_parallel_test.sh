@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `mpirun -np N sinkgraph generate --tensor-parallel N`: the ids, stdout and
 # --stats rules, each rank's share of the weights, errors on every rank, and
-# a failed or killed rank ending the job (Note [Tensor-parallel generate] in
+# a failed, killed or hung rank ending the job (Note [Tensor-parallel generate] in
 # tools/generate_command.cpp). ctest runs it in the presets built with MPI.
 # Usage: tensor_parallel_test.sh path/to/sinkgraph source_dir mpiexec
 set -uo pipefail
@@ -108,5 +108,37 @@ status=$?
 expect kill-job-failed test "$status" -ne 0
 expect kill-bounded test $((SECONDS - start)) -lt 30
 expect kill-did-not-finish test "$(wc -w <"$tmp/kill-out")" -lt 8001
+
+# Hung-rank test: rank 1 stopped (SIGSTOP) mid-decode is not seen by mpirun;
+# rank 0's collective watchdog (SINKGRAPH_DIST_TIMEOUT, 3 s here) ends the
+# job, names the wait, and the stopped rank does not blame the others.
+SINKGRAPH_DIST_TIMEOUT=3 "${mpi[@]}" -np 2 "$bin" generate --tensor-parallel 2 \
+  --model "$tmp/long.bin" --steps 8000 --stream --print-ids >"$tmp/hang-out" 2>"$tmp/hang-err" &
+job=$!
+for _ in $(seq 600); do
+  [[ $(wc -c <"$tmp/hang-out") -gt 40 ]] && break
+  sleep 0.1
+done
+victim=""
+for p in $(pgrep -P "$job"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+done
+expect hang-found-rank1 test -n "$victim"
+start=$SECONDS
+[[ -n $victim ]] && kill -STOP "$victim"
+while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 30)); do sleep 0.1; done
+kill -9 "$job" 2>/dev/null  # still running after 30 s: the check below fails
+wait "$job"
+status=$?
+[[ -n $victim ]] && kill -CONT "$victim" 2>/dev/null && kill -9 "$victim" 2>/dev/null
+expect hang-job-failed test "$status" -ne 0
+expect hang-bounded test $((SECONDS - start)) -lt 30
+expect hang-rank0-reports grep -q 'rank 0 waited .* in MPI_Allreduce (group 0), longer than SINKGRAPH_DIST_TIMEOUT=3 s' "$tmp/hang-err"
+expect hang-only-rank0-reports test "$(grep -c 'waited .* longer than' "$tmp/hang-err")" = 1
+
+# A timeout that is not a number of seconds: exit 2, said by every rank.
+check bad-timeout 2 -- env SINKGRAPH_DIST_TIMEOUT=soon timeout 60 "${mpi[@]}" -np 2 "$bin" \
+  generate --tensor-parallel 2 --steps 4
+expect bad-timeout-every-rank test "$(grep -c 'SINKGRAPH_DIST_TIMEOUT="soon" is not' "$tmp/err")" = 2
 
 finish "tensor parallel cli"
