@@ -252,12 +252,11 @@ TEST(ops_threads, every_split_kernel_matches_its_reference_and_itself_at_1_2_and
 // odd-sized weights (10 x 13: a partial block of columns and lanes; 200 x
 // 700: more than one block of K), at any thread count.
 //
-// Up to 32 rows the bits rest on GCC compiling each row-count copy of
-// vec::dot_rows alike (Note [Explicit fma in tails]); the 200 x 700 case (a
-// lane step and a tail after the 16-wide loop) is the one that caught a copy
-// compiled differently: GCC 12 at -O2 with ASan+UBSan instrumentation. The
-// sanitizer presets now build at -O1 (Note [Sanitizer build flags]), where
-// the copies agree, and every preset checks every case.
+// Up to 32 rows the bits rest on every multiply-add of vec::dot_rows being
+// fused the same way in each row-count copy (Note [Explicit fma]); the 200 x
+// 700 case (a lane step and a tail after the 16-wide loop) is the one that
+// caught a copy compiled differently when the lane loops still left the
+// choice to GCC (12, at -O2 with ASan+UBSan).
 TEST(ops_threads, a_linear_row_is_the_same_alone_or_among_other_rows) {
   const ThreadCount restore;
   std::mt19937 rng(7);

@@ -327,9 +327,9 @@ void tile_rows(const float* packed, const float* x, std::int64_t ldx, std::int64
     std::memcpy(&b0, packed + c * kTileCols, sizeof b0);
     std::memcpy(&b1, packed + c * kTileCols + vec::kLanes, sizeof b1);
     for (int i = 0; i < R; ++i) {
-      const float a = x[i * ldx + c];
-      acc[i][0] += a * b0;
-      acc[i][1] += a * b1;
+      const vec::F8 a = vec::splat(x[i * ldx + c]);
+      acc[i][0] = vec::fmadd(a, b0, acc[i][0]);  // Note [Explicit fma] in vec.h
+      acc[i][1] = vec::fmadd(a, b1, acc[i][1]);
     }
   }
   for (int i = 0; i < R; ++i) {

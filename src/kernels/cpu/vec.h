@@ -14,22 +14,27 @@
 // reference tests bound it); eager and replay run the same code, so they
 // still agree bitwise.
 //
-// Note [Explicit fma in tails]
+// Note [Explicit fma]
 // C++ lets GCC contract a * b + c into one fused multiply-add wherever it
 // likes (-ffp-contract=fast is its default outside ISO C), and it chooses
 // per inlined copy: the scalar tail of a two-row copy of the four-row dot
 // product was contracted differently from the one-row copy's, so a batched
-// linear's row differed from the same row alone in the last bit. Scalar
-// tails therefore call std::fma, which rounds once whatever the compiler
-// decides; the lane loops are one `acc += v * x` per vector, contracted
-// alike in every copy (tests/ops/threads_test.cpp checks
-// the rows bitwise).
+// linear's row differed from the same row alone in the last bit. So no
+// multiply-add here is left to that choice: scalar tails call std::fma, and
+// the lane loops call fmadd() below, one fused instruction where the target
+// has one and a separate multiply and add where it has none (then there is
+// nothing to contract into). A row's sum is then the same at any batch size,
+// optimisation level or inlining (tests/ops/threads_test.cpp checks the rows
+// bitwise).
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#if defined(__FMA__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 namespace sinkgraph::kernels::cpu::vec {
 
@@ -40,6 +45,24 @@ namespace sinkgraph::kernels::cpu::vec {
 // the calling convention out of it.
 using F8 = float __attribute__((vector_size(32)));
 inline constexpr std::int64_t kLanes = 8;
+
+// c + a * b in each lane, rounded once where the target has a fused
+// multiply-add (Note [Explicit fma]). The target is this build's (-march=native
+// with SINKGRAPH_NATIVE), not a run-time choice.
+inline F8 fmadd(F8 a, F8 b, F8 c) {
+#if defined(__FMA__) && defined(__AVX__)
+  return _mm256_fmadd_ps(a, b, c);
+#elif defined(__FP_FAST_FMAF)
+  F8 r;
+  for (std::int64_t l = 0; l < kLanes; ++l) r[l] = std::fma(a[l], b[l], c[l]);
+  return r;
+#else
+  return c + a * b;  // no fused instruction: nothing for the compiler to contract into
+#endif
+}
+
+// x in every lane.
+inline F8 splat(float x) { return F8{x, x, x, x, x, x, x, x}; }
 
 // Adds the lanes pairwise.
 #define SG_LANE_SUM(v) \
@@ -56,18 +79,18 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
     std::memcpy(&b0, b + i, sizeof b0);
     std::memcpy(&a1, a + i + kLanes, sizeof a1);
     std::memcpy(&b1, b + i + kLanes, sizeof b1);
-    acc0 += a0 * b0;
-    acc1 += a1 * b1;
+    acc0 = fmadd(a0, b0, acc0);
+    acc1 = fmadd(a1, b1, acc1);
   }
   for (; i + kLanes <= n; i += kLanes) {
     F8 va, vb;
     std::memcpy(&va, a + i, sizeof va);
     std::memcpy(&vb, b + i, sizeof vb);
-    acc0 += va * vb;
+    acc0 = fmadd(va, vb, acc0);
   }
   const F8 acc = acc0 + acc1;
   float s = SG_LANE_SUM(acc);
-  for (; i < n; ++i) s = std::fma(a[i], b[i], s);  // Note [Explicit fma in tails]
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);  // Note [Explicit fma]
   return s;
 }
 
@@ -85,8 +108,8 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
       F8 u0, u1;
       std::memcpy(&u0, b[j] + i, sizeof u0);
       std::memcpy(&u1, b[j] + i + kLanes, sizeof u1);
-      p[j] += a0 * u0;
-      q[j] += a1 * u1;
+      p[j] = fmadd(a0, u0, p[j]);
+      q[j] = fmadd(a1, u1, q[j]);
     }
   }
   for (; i + kLanes <= n; i += kLanes) {
@@ -95,7 +118,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
     for (int j = 0; j < R; ++j) {
       F8 u;
       std::memcpy(&u, b[j] + i, sizeof u);
-      p[j] += va * u;
+      p[j] = fmadd(va, u, p[j]);
     }
   }
   for (int j = 0; j < R; ++j) {
@@ -154,7 +177,7 @@ inline void dot4_rows(const float* w0, std::int64_t ldw, const float* const* x, 
     for (int r = 0; r < 4; ++r) std::memcpy(&vw[r], w[r] + i, sizeof(F8));
     for (int j = 0; j < R; ++j) std::memcpy(&vx[j], x[j] + i, sizeof(F8));
     for (int j = 0; j < R; ++j) {
-      for (int r = 0; r < 4; ++r) acc[j][r] += vw[r] * vx[j];
+      for (int r = 0; r < 4; ++r) acc[j][r] = fmadd(vw[r], vx[j], acc[j][r]);
     }
   }
   for (int j = 0; j < R; ++j) {
@@ -178,13 +201,13 @@ inline void weighted_sum_8cols(const float* w, const float* rows, std::int64_t s
     F8 v0, v1;
     std::memcpy(&v0, rows + j * stride, sizeof v0);
     std::memcpy(&v1, rows + (j + 1) * stride, sizeof v1);
-    a0 += w[j] * v0;
-    a1 += w[j + 1] * v1;
+    a0 = fmadd(splat(w[j]), v0, a0);
+    a1 = fmadd(splat(w[j + 1]), v1, a1);
   }
   if (j < n) {
     F8 v;
     std::memcpy(&v, rows + j * stride, sizeof v);
-    a0 += w[j] * v;
+    a0 = fmadd(splat(w[j]), v, a0);
   }
   const F8 a = a0 + a1;
   std::memcpy(out, &a, sizeof a);
@@ -202,7 +225,7 @@ inline void dot_8rows(const float* q, const float* rows, std::int64_t stride, st
     for (std::int64_t l = 0; l < kLanes; ++l) {
       F8 kv;
       std::memcpy(&kv, rows + l * stride + i, sizeof kv);
-      p[l] += qv * kv;
+      p[l] = fmadd(qv, kv, p[l]);
     }
   }
   // Pairs, then quads, then halves: lane l of the result sums all of p[l].
