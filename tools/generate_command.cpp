@@ -120,7 +120,8 @@ constexpr const char* kBuiltin = "builtin";
 // MPI is initialised only under a launcher or with --tensor-parallel: a plain
 // run never touches it (nor, in a build without MPI, a run under a launcher
 // without the flag: it runs as one process). N must be the world size, checked on every rank
-// before anything else, so a mismatch is the same clear error everywhere.
+// before anything else, so a mismatch is the same clear error everywhere,
+// and each rank exits with it by itself (SameOnEveryRank, commands.h).
 // Every rank runs the same decode loop (the same collectives in the same
 // order) and computes the same ids; rank 0 alone writes stdout and output
 // files, and only its explain report goes to stderr. A rank that fails ends
@@ -138,9 +139,12 @@ Parallel setup_parallel(const CliOptions& o) {
   SG_CHECK(n >= 1, "--tensor-parallel must be >= 1, got ", n);
   dist::init();
   const int world = dist::world_size();
-  SG_CHECK(n == world, "--tensor-parallel ", n, " must equal the MPI world size, ", world,
-           world == 1 ? " (start it as mpirun -np N sinkgraph generate --tensor-parallel N ...)"
-                      : " (give --tensor-parallel the -np of mpirun)");
+  if (n != world) {
+    throw SameOnEveryRank(detail::concat(
+        "--tensor-parallel ", n, " must equal the MPI world size, ", world,
+        world == 1 ? " (start it as mpirun -np N sinkgraph generate --tensor-parallel N ...)"
+                   : " (give --tensor-parallel the -np of mpirun)"));
+  }
   const int local = dist::local_size();
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread of ours starts
   if (!o.threads && std::getenv("SINKGRAPH_NUM_THREADS") == nullptr) {

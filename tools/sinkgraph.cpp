@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const sinkgraph::tools::SameOnEveryRank& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const sinkgraph::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return fail(2);
