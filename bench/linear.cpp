@@ -98,6 +98,18 @@ void sgemm_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Linear)->Apply(linear_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
 BENCHMARK(BM_Sgemm)->Apply(sgemm_args)->ArgNames({"M", "N", "K"})->UseRealTime();
+// Batched decode's products (docs/performance.md, "Batched decoding"): 1, 4
+// and 16 rows against the built-in model's weights (q/k/v/o 288 x 288, w1/w3
+// 768 x 288, w2 288 x 768, the classifier 32000 x 288), one thread. The
+// 16-row time over the 1-row time is what a B = 16 decode step pays for
+// its products.
+BENCHMARK(BM_Linear)
+    ->ArgsProduct({{1, 4, 16}, {288, 768, 32000}, {288}, {1}})
+    ->Args({1, 288, 768, 1})
+    ->Args({4, 288, 768, 1})
+    ->Args({16, 288, 768, 1})
+    ->ArgNames({"M", "N", "K", "T"})
+    ->UseRealTime();
 BENCHMARK(BM_MatmulRowMajor)
     ->ArgsProduct({{8, 128}, {512}, {512}, {1, 2}})
     ->ArgNames({"M", "N", "K", "T"})

@@ -96,6 +96,10 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 
 // dot(a, b[j]) for R vectors b[0..R) at once (a read once for all): each
 // bitwise dot's, its own two vectors of partial sums in the same order.
+// Every loop over j is unrolled: one left rolled indexes p[j] and q[j] with a
+// variable, so GCC keeps both arrays in memory, zeroes them with `rep stos`
+// on every call and reduces them from the stack. At K = 288 that was most of
+// the call (bench_linear, docs/performance.md "Batched decoding").
 template <int R>
 inline void dot_rows(const float* a, const float* const* b, std::int64_t n, float* const* out) {
   F8 p[R] = {}, q[R] = {};
@@ -104,6 +108,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
     F8 a0, a1;
     std::memcpy(&a0, a + i, sizeof a0);
     std::memcpy(&a1, a + i + kLanes, sizeof a1);
+#pragma GCC unroll 8
     for (int j = 0; j < R; ++j) {
       F8 u0, u1;
       std::memcpy(&u0, b[j] + i, sizeof u0);
@@ -115,12 +120,14 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
   for (; i + kLanes <= n; i += kLanes) {
     F8 va;
     std::memcpy(&va, a + i, sizeof va);
+#pragma GCC unroll 8
     for (int j = 0; j < R; ++j) {
       F8 u;
       std::memcpy(&u, b[j] + i, sizeof u);
       p[j] = fmadd(va, u, p[j]);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < R; ++j) {
     const F8 acc = p[j] + q[j];
     float s = SG_LANE_SUM(acc);
