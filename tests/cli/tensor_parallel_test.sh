@@ -82,58 +82,60 @@ check one-bad-rank 2 -- timeout 60 "${mpi[@]}" -np 1 "$bin" generate --tensor-pa
   : -np 1 "$bin" generate --tensor-parallel 2 --model "$tmp/truncated.bin" --steps 64
 expect one-bad-rank-message grep -q 'truncated.bin: tensor token_embedding needs' "$tmp/err"
 
-# Kill test: rank 1 killed with SIGKILL mid-decode (once rank 0 has streamed
-# ids); mpirun must end the job with an error within 30 s.
+# A long decode for the failure tests below: started in the background
+# ($job), it returns once rank 0 has streamed ids, with rank 1's pid in
+# $victim. Extra VAR=VALUE arguments go into the job's environment.
 check make-long 0 -- "$bin" make-model --dim 128 --layers 2 --heads 4 --kv-heads 4 --hidden 256 \
   --vocab 512 --seq-len 8192 --seed 1 --format llama2c --out "$tmp/long.bin"
-"${mpi[@]}" -np 2 "$bin" generate --tensor-parallel 2 --model "$tmp/long.bin" --steps 8000 \
-  --stream --print-ids >"$tmp/kill-out" 2>"$tmp/kill-err" &
-job=$!
-for _ in $(seq 600); do
-  [[ $(wc -c <"$tmp/kill-out") -gt 40 ]] && break
-  sleep 0.1
-done
-victim=""
-for p in $(pgrep -P "$job"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
-done
+start_long_run() {  # start_long_run OUT ERR [VAR=VALUE...]
+  local out=$1 err=$2
+  shift 2
+  env "$@" "${mpi[@]}" -np 2 "$bin" generate --tensor-parallel 2 --model "$tmp/long.bin" \
+    --steps 8000 --stream --print-ids >"$out" 2>"$err" &
+  job=$!
+  for _ in $(seq 600); do
+    [[ $(wc -c <"$out") -gt 40 ]] && break
+    sleep 0.1
+  done
+  victim=""
+  for p in $(pgrep -P "$job"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+  done
+}
+# Sends SIGNAL to rank 1 and waits for the job to end, at most 30 s (then
+# kills it, and the bound check fails); sets $status and $took.
+signal_rank1_and_wait() {  # signal_rank1_and_wait SIGNAL
+  local start=$SECONDS
+  [[ -n $victim ]] && kill "-$1" "$victim"
+  while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 30)); do sleep 0.1; done
+  kill -9 "$job" 2>/dev/null
+  wait "$job"
+  status=$?
+  took=$((SECONDS - start))
+}
+
+# Kill test: rank 1 killed with SIGKILL mid-decode (once rank 0 has streamed
+# ids); mpirun must end the job with an error within 30 s.
+start_long_run "$tmp/kill-out" "$tmp/kill-err"
 expect kill-found-rank1 test -n "$victim"
 expect kill-mid-run test "$(wc -c <"$tmp/kill-out")" -gt 40
-start=$SECONDS
-[[ -n $victim ]] && kill -9 "$victim"
-while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 30)); do sleep 0.1; done
-kill -9 "$job" 2>/dev/null  # still running after 30 s: the check below fails
-wait "$job"
-status=$?
+signal_rank1_and_wait KILL
 expect kill-job-failed test "$status" -ne 0
-expect kill-bounded test $((SECONDS - start)) -lt 30
+expect kill-bounded test "$took" -lt 30
 expect kill-did-not-finish test "$(wc -w <"$tmp/kill-out")" -lt 8001
 
 # Hung-rank test: rank 1 stopped (SIGSTOP) mid-decode is not seen by mpirun;
 # rank 0's collective watchdog (SINKGRAPH_DIST_TIMEOUT, 3 s here) ends the
 # job, names the wait, and the stopped rank does not blame the others.
-SINKGRAPH_DIST_TIMEOUT=3 "${mpi[@]}" -np 2 "$bin" generate --tensor-parallel 2 \
-  --model "$tmp/long.bin" --steps 8000 --stream --print-ids >"$tmp/hang-out" 2>"$tmp/hang-err" &
-job=$!
-for _ in $(seq 600); do
-  [[ $(wc -c <"$tmp/hang-out") -gt 40 ]] && break
-  sleep 0.1
-done
-victim=""
-for p in $(pgrep -P "$job"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
-done
+start_long_run "$tmp/hang-out" "$tmp/hang-err" SINKGRAPH_DIST_TIMEOUT=3
 expect hang-found-rank1 test -n "$victim"
-start=$SECONDS
-[[ -n $victim ]] && kill -STOP "$victim"
-while kill -0 "$job" 2>/dev/null && ((SECONDS - start < 30)); do sleep 0.1; done
-kill -9 "$job" 2>/dev/null  # still running after 30 s: the check below fails
-wait "$job"
-status=$?
+signal_rank1_and_wait STOP
 [[ -n $victim ]] && kill -CONT "$victim" 2>/dev/null && kill -9 "$victim" 2>/dev/null
 expect hang-job-failed test "$status" -ne 0
-expect hang-bounded test $((SECONDS - start)) -lt 30
-expect hang-rank0-reports grep -q 'rank 0 waited .* in MPI_Allreduce (group 0), longer than SINKGRAPH_DIST_TIMEOUT=3 s' "$tmp/hang-err"
+expect hang-bounded test "$took" -lt 30
+expect hang-rank0-reports grep -q \
+  'rank 0 waited .* in MPI_Allreduce (group 0), longer than SINKGRAPH_DIST_TIMEOUT=3 s' \
+  "$tmp/hang-err"
 expect hang-only-rank0-reports test "$(grep -c 'waited .* longer than' "$tmp/hang-err")" = 1
 
 # A timeout that is not a number of seconds: exit 2, said by every rank.
