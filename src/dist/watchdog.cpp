@@ -93,9 +93,8 @@ std::optional<std::chrono::duration<double>> parse_dist_timeout(const char* text
   SG_CHECK(
       ec == std::errc() && end == s.data() + s.size() && seconds >= 0 && seconds <= kMaxSeconds,
       "SINKGRAPH_DIST_TIMEOUT=\"", s,
-      "\" is not a number of seconds from 0 to 1000000 (how long a collective may wait for the "
-      "other "
-      "ranks before the job is ended; 0 waits for ever)");
+      "\" is not a number of seconds from 0 to 1000000 (how long a collective may wait "
+      "for the other ranks before the job is ended; 0 waits for ever)");
   if (seconds == 0) return std::nullopt;
   return std::chrono::duration<double>(seconds);
 }

@@ -68,8 +68,6 @@ class Watchdog {
     int slot_;
   };
 
-  [[nodiscard]] std::chrono::duration<double> timeout() const { return timeout_; }
-
  private:
   void run();
 
@@ -84,9 +82,9 @@ class Watchdog {
   std::thread thread_;
 };
 
-// SINKGRAPH_DIST_TIMEOUT as read from `text` (nullptr: unset): seconds, a
-// decimal number from 0 to 1e6; nullopt for 0 (no watchdog). Throws sinkgraph::Error
-// naming the variable for anything else.
+// SINKGRAPH_DIST_TIMEOUT as read from `text` (nullptr or empty: unset, 600
+// s): seconds, a decimal number from 0 to 1e6; nullopt for 0 (no watchdog).
+// Throws sinkgraph::Error naming the variable for anything else.
 std::optional<std::chrono::duration<double>> parse_dist_timeout(const char* text);
 
 }  // namespace sinkgraph::dist
