@@ -172,7 +172,12 @@ inline float max(const float* x, std::int64_t n) {
 // Each pair has its own lanes, summed in the same order whatever R is, so a
 // pair's sum is bitwise the same at any R. At R = 4 the sixteen
 // accumulators and eight loads of a step fit AVX-512's 32 vector registers;
-// with 16 (AVX2) the compiler spills some, still correct.
+// with 16 (AVX2) the compiler spills some, still correct. Every loop over r
+// and j is unrolled, as in dot_rows: left rolled, the loop copying the four
+// weight rows went through a stack array in 16-byte halves that the
+// multiply-adds then read back 32 bytes wide (a failed store-to-load
+// forward each), and stories260K's reduce-overhead decode step, all of
+// whose weights take this path, ran at half its speed.
 template <int R>
 inline void dot4_rows(const float* w0, std::int64_t ldw, const float* const* x, std::int64_t n,
                       float* const* out) {
@@ -181,18 +186,26 @@ inline void dot4_rows(const float* w0, std::int64_t ldw, const float* const* x, 
   std::int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     F8 vw[4], vx[R];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) std::memcpy(&vw[r], w[r] + i, sizeof(F8));
+#pragma GCC unroll 8
     for (int j = 0; j < R; ++j) std::memcpy(&vx[j], x[j] + i, sizeof(F8));
+#pragma GCC unroll 8
     for (int j = 0; j < R; ++j) {
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) acc[j][r] = fmadd(vw[r], vx[j], acc[j][r]);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < R; ++j) {
     float s[4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) s[r] = SG_LANE_SUM(acc[j][r]);
     for (std::int64_t t = i; t < n; ++t) {
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) s[r] = std::fma(w[r][t], x[j][t], s[r]);
     }
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) out[j][r] = s[r];
   }
 }
