@@ -182,9 +182,11 @@ class SG_API CompiledFunction {
   // same graph name, the same graph-shaping options and passes, and the same
   // sinkgraph version; its params are found by name in the model's tensors.
   // Loaded graphs skip tracing and the passes: the first call whose guards
-  // match captures them. Only before the first call. Returns the number of
-  // graphs; throws sinkgraph::Error, changing nothing, for a file that does
-  // not parse, does not match, or disagrees with itself.
+  // match (and no graph of this process's matches) takes one in, and only
+  // then is it built, captured and counted against recompile_limit. Only
+  // before the first call. Returns the number of graphs; throws
+  // sinkgraph::Error, changing nothing, for a file that does not parse, does
+  // not match, or disagrees with itself.
   std::size_t load(const std::string& path);
 
  private:
@@ -199,7 +201,11 @@ class SG_API CompiledFunction {
   std::shared_ptr<Backend> backend_;
   TraceOptions options_;
   mutable std::mutex mutex_;
+  // The graphs this process's calls have used, traced or taken from saved_.
   std::vector<std::unique_ptr<Entry>> entries_;
+  // Graphs read from saved files that no call has matched yet: checked, not
+  // built, not counted against recompile_limit (Note [Saved graphs]).
+  std::vector<std::unique_ptr<Entry>> saved_;
   // TraceOptions::cache_key's file; empty when off, or after it failed.
   std::string saved_path_;
   bool saved_checked_ = false;
@@ -211,6 +217,9 @@ class SG_API CompiledFunction {
   // The bodies of save() and load(), under mutex_ (saved_graphs.cpp).
   void save_locked(const std::string& path) const;
   std::size_t load_locked(const std::string& path);
+  // The first graph of saved_ whose guards pass for `args`, built and moved
+  // into entries_; null when none passes or entries_ is at recompile_limit.
+  Entry* take_saved_graph_locked(std::span<const Arg> args);
   // TraceOptions::cache_key: finds saved graphs before the first call, and
   // keeps the file current after each trace. Problems warn once, never throw.
   void use_saved_graphs_locked();

@@ -36,6 +36,9 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
     why = reason;
   }
   if (entry == nullptr) {
+    entry = take_saved_graph_locked(args);
+  }
+  if (entry == nullptr) {
     if (static_cast<std::int64_t>(entries_.size()) >= backend_->config().recompile_limit) {
       ++eager_calls_;
       if (!limit_warned_) {
@@ -124,6 +127,9 @@ std::string CompiledFunction::explain(bool with_device_graphs) const {
            ", calls: " + std::to_string(e.calls) + "\n";
     out += "  " + e.compiled->explain();
     if (with_device_graphs) out += e.compiled->device_graph_text();
+  }
+  if (!saved_.empty()) {
+    out += "saved graphs no call has matched yet: " + std::to_string(saved_.size()) + "\n";
   }
   if (eager_calls_ > 0) {
     out += "eager calls past the recompile limit: " + std::to_string(eager_calls_) + "\n";

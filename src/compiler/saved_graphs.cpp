@@ -33,6 +33,17 @@
 // passes and the version. It is read before the first call and rewritten
 // after each new trace; a file that cannot be used warns once and the
 // function traces as if it were absent.
+//
+// A loaded graph is a candidate, not one of the function's graphs: it is
+// checked when read, but built (and, in max-autotune, its code compiled or
+// fetched) only when a call's guards match it and no graph of this process
+// does, and only then does it count against recompile_limit. A cache shared
+// by many runs collects guard sets no single run needs (generate sizes its
+// KV cache by prompt plus steps, so every --steps is a guard set); counted
+// up front, a file of recompile_limit graphs once left no room for the
+// process's own, and a run with a new size decoded eagerly. The file is
+// written with this process's graphs first, then the candidates it did not
+// use, recompile_limit in all: the guard sets of the latest runs stay.
 #include <algorithm>
 #include <filesystem>
 
@@ -245,9 +256,17 @@ std::size_t CompiledFunction::load(const std::string& path) {
 
 void CompiledFunction::save_locked(const std::string& path) const {
   const CompilerConfig& config = backend_->config();
+  // This process's graphs first, then saved ones it has not used, up to
+  // recompile_limit: the file keeps the most recently used guard sets.
+  std::vector<const Entry*> kept;
+  for (const auto* list : {&entries_, &saved_}) {
+    for (const auto& e : *list) {
+      if (static_cast<std::int64_t>(kept.size()) < config.recompile_limit) kept.push_back(e.get());
+    }
+  }
   json graphs = json::array();
-  for (std::size_t i = 0; i < entries_.size(); ++i) {
-    const TracedGraph& t = entries_[i]->traced;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    const TracedGraph& t = kept[i]->traced;
     json inputs = json::array();
     for (std::size_t k = 0; k < t.bindings.size(); ++k) {
       const InputBinding& b = t.bindings[k];
@@ -266,7 +285,7 @@ void CompiledFunction::save_locked(const std::string& path) const {
     }
     json args = json::array();
     for (const ArgGuard& g : t.guards.args) args.push_back(arg_json(g));
-    graphs.push_back({{"reason", entries_[i]->reason},
+    graphs.push_back({{"reason", kept[i]->reason},
                       {"args", std::move(args)},
                       {"inputs", std::move(inputs)},
                       {"ir", ir::print(*t.graph)}});
@@ -384,14 +403,28 @@ std::size_t CompiledFunction::load_locked(const std::string& path) {
   } catch (const json::exception& ex) {
     throw Error(path + ": not a valid saved-graphs file: " + ex.what());
   }
-  // Checked in full: only now does anything change.
-  const GraphCompiler compiler(config);
-  for (auto& e : loaded) {
-    e->compiled = compiler.build(e->traced);
-    log_.push_back("graph " + std::to_string(entries_.size()) + " loaded from " + path);
-    entries_.push_back(std::move(e));
+  // Checked in full: only now does anything change. Built when a call takes
+  // one (take_saved_graph_locked).
+  const std::size_t n = loaded.size();
+  for (auto& e : loaded) saved_.push_back(std::move(e));
+  return n;
+}
+
+CompiledFunction::Entry* CompiledFunction::take_saved_graph_locked(std::span<const Arg> args) {
+  if (static_cast<std::int64_t>(entries_.size()) >= backend_->config().recompile_limit) {
+    return nullptr;
   }
-  return loaded.size();
+  const auto match = std::find_if(saved_.begin(), saved_.end(), [&](const auto& e) {
+    return e->traced.guards.check(args, nullptr);
+  });
+  if (match == saved_.end()) return nullptr;
+  std::unique_ptr<Entry> e = std::move(*match);
+  saved_.erase(match);
+  e->compiled = GraphCompiler(backend_->config()).build(e->traced);
+  log_.push_back("graph " + std::to_string(entries_.size()) + " loaded from " + e->loaded_from);
+  detail::info("function @" + options_.graph_name + ": " + log_.back());
+  entries_.push_back(std::move(e));
+  return entries_.back().get();
 }
 
 void CompiledFunction::use_saved_graphs_locked() {

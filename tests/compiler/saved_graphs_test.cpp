@@ -308,3 +308,70 @@ TEST(saved_graphs, every_guard_set_comes_back) {
             sg::ops::mul_scalar(mlp(x)[0], 2.0).to_floats());
   EXPECT_EQ(fn->num_traces(), 1);
 }
+
+// A cache file shared by many runs collects guard sets no one run needs (each
+// generate --steps sizes its KV cache anew). Saved graphs count against
+// recompile_limit only once a call uses one: a file already holding
+// recompile_limit graphs must leave room for a new guard set (it once left
+// none, and the run went eager), and the rewritten file keeps the guard sets
+// of the last run first, still recompile_limit at most.
+TEST(saved_graphs, a_full_file_leaves_room_for_a_new_guard_set) {
+  const TempDir dir;
+  sgtest::Mlp mlp;
+  const auto fn_of = [&mlp](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return mlp(a.first(1));
+  };
+  sg::CompilerConfig config = sgtest::reduce_overhead();
+  config.cache_dir = dir.path.string();
+  config.recompile_limit = 2;
+  const auto backend = sg::get_backend(config);
+  sg::TraceOptions options;
+  options.graph_name = "mlp";
+  options.cache_key = "mlp for saved_graphs_test";
+  options.parameters = [&mlp] { return mlp.named_parameters(); };
+  const auto x = [](std::int64_t rows) { return sgtest::random_tensor({rows, 64}, rows); };
+  const auto expected = [&](std::int64_t rows) {
+    const std::vector<sg::Arg> a{x(rows)};
+    return mlp(a)[0].to_floats();
+  };
+  const auto file_rows = [&] {
+    std::vector<std::int64_t> rows;
+    for (const auto& e : fs::directory_iterator(dir.path)) {
+      if (!e.path().string().ends_with(".graphs.json")) continue;
+      const json file = read_json(e.path());
+      for (const json& g : file.at("graphs")) {
+        rows.push_back(g.at("args")[0].at("dims")[0].get<std::int64_t>());
+      }
+    }
+    return rows;
+  };
+
+  {  // the first run fills the file
+    auto fn = sg::compile(fn_of, backend, options);
+    (void)(*fn)({x(2)});
+    (void)(*fn)({x(3)});
+    ASSERT_EQ(fn->num_traces(), 2);
+  }
+  ASSERT_EQ(file_rows(), (std::vector<std::int64_t>{2, 3}));
+  {  // a run with a new shape traces and captures it: no eager call
+    auto fn = sg::compile(fn_of, backend, options);
+    EXPECT_EQ((*fn)({x(4)})[0].to_floats(), expected(4));
+    EXPECT_EQ(fn->num_traces(), 1);
+    EXPECT_EQ(fn->num_graphs(), 1U);
+    EXPECT_EQ(fn->counters().captured, 1);
+    EXPECT_EQ(fn->explain().find("eager calls"), std::string::npos) << fn->explain();
+    EXPECT_NE(fn->explain().find("saved graphs no call has matched yet: 2"), std::string::npos)
+        << fn->explain();
+  }
+  EXPECT_EQ(file_rows(), (std::vector<std::int64_t>{4, 2}));
+  {  // the kept guard sets come back without tracing; the dropped one would
+     // trace, but two graphs are in use
+    auto fn = sg::compile(fn_of, backend, options);
+    EXPECT_EQ((*fn)({x(2)})[0].to_floats(), expected(2));
+    EXPECT_EQ((*fn)({x(4)})[0].to_floats(), expected(4));
+    EXPECT_EQ(fn->num_traces(), 0);
+    EXPECT_EQ((*fn)({x(3)})[0].to_floats(), expected(3));
+    EXPECT_EQ(fn->num_traces(), 0) << "recompile_limit reached: the third shape runs eagerly";
+    EXPECT_NE(fn->explain().find("eager calls past the recompile limit: 1"), std::string::npos);
+  }
+}
