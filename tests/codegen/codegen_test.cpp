@@ -146,6 +146,26 @@ TEST_F(CodegenTest, decode_attention_block_updatable_scalars_across_replays) {
   EXPECT_GE(c->counters().codegen_kernels, 1);
 }
 
+// attention's weighted sum of v rows runs in blocks of up to 32 columns, in
+// vectors of eight where a block's width allows and in a scalar loop where
+// it does not: head sizes 12 (one scalar block), 40 (a block of 32, one of
+// 8) and 36 (32 in vectors, a 4-wide scalar tail), two query heads per kv
+// head, two query rows, agree with the kernel.
+TEST_F(CodegenTest, attention_head_sizes_between_and_past_vector_blocks) {
+  for (const std::int64_t d : {12, 40, 36}) {
+    SCOPED_TRACE(d);
+    const Fn fn = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+      return {sg::ops::attention(std::get<sg::Tensor>(a[0]), std::get<sg::Tensor>(a[1]),
+                                 std::get<sg::Tensor>(a[2]), std::get<sg::SymInt>(a[3]), 0.3)};
+    };
+    const auto seed = static_cast<std::uint32_t>(d);
+    const Args call{rnd({2, 4, d}, seed), rnd({24, 2, d}, seed + 1), rnd({24, 2, d}, seed + 2),
+                    sg::SymInt(19)};
+    auto c = check(fn, {call}, 1e-5F);
+    EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
+  }
+}
+
 TEST_F(CodegenTest, embedding_rope_styles_and_a_run_time_range_error) {
   const sg::Tensor table = rnd({10, 8}, 12);
   for (const auto style : {sg::ops::RopeStyle::interleaved, sg::ops::RopeStyle::half}) {
