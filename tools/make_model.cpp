@@ -37,7 +37,10 @@ void add_make_model_command(CLI::App& app, int& status) {
   cmd->add_option("--rope-style", o->rope_style, "interleaved (llama2.c) or half (Hugging Face)")
       ->check(CLI::IsMember({"interleaved", "half"}));
   cmd->add_flag("--separate-classifier", o->separate_classifier, "an output.weight of its own");
-  cmd->add_option("--out", o->out, "output path")->required();
+  cmd->add_option("--out", o->out,
+                  "output path; safetensors: a folder (model.safetensors and config.json), or "
+                  "a file named *.safetensors with config.json beside it")
+      ->required();
   cmd->callback([o, &status] {
     models::LlamaConfig config = o->config;
     config.rope_style =

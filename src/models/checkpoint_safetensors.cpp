@@ -224,9 +224,18 @@ namespace detail {
 void save_safetensors(const LlamaModel& model, const std::string& path_in, DType dtype) {
   SG_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, path_in,
            ": safetensors checkpoints are written as f32, f16 or bf16, not ", dtype_name(dtype));
+  // A folder gets model.safetensors and config.json. So does a new path
+  // not named *.safetensors: written as a file, it put config.json in its
+  // parent folder, beside (or over) whatever config.json was there.
   std::error_code ec;
-  const bool folder = fs::is_directory(path_in, ec);
-  const std::string path = folder ? (fs::path(path_in) / "model.safetensors").string() : path_in;
+  const fs::path out(path_in);
+  const bool folder =
+      fs::is_directory(out, ec) || (out.extension() != ".safetensors" && !fs::exists(out, ec));
+  if (folder) {
+    fs::create_directories(out, ec);
+    SG_CHECK(!ec, path_in, ": cannot create the folder: ", ec.message());
+  }
+  const std::string path = folder ? (out / "model.safetensors").string() : path_in;
   const std::string config_path = (fs::path(path).parent_path() / "config.json").string();
   LlamaConfig c = model.config();
   const LlamaWeights& w = model.weights();

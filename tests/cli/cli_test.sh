@@ -14,6 +14,16 @@ check make-model 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads
   --vocab 64 --seq-len 32 --seed 3 --format llama2c --out "$tmp/m.bin"
 check make-model-st 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 \
   --vocab 64 --seq-len 32 --seed 3 --format safetensors --dtype bf16 --rope-style half --out "$tmp/st/model.safetensors"
+# A new --out not named *.safetensors is a folder holding both files, not a
+# file with config.json dropped into its parent; it loads as the same model.
+check make-model-st-folder 0 -- "$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 \
+  --hidden 64 --vocab 64 --seq-len 32 --seed 3 --format safetensors --dtype bf16 --rope-style half \
+  --out "$tmp/st-folder"
+expect make-model-st-folder-files test -f "$tmp/st-folder/model.safetensors" -a -f "$tmp/st-folder/config.json" -a ! -e "$tmp/config.json"
+check st-file-ids 0 -- "$bin" generate --model "$tmp/st/model.safetensors" --steps 4 --print-ids
+st_file_ids=$(cat "$tmp/out")
+check st-folder-ids 0 -- "$bin" generate --model "$tmp/st-folder" --steps 4 --print-ids
+expect st-folder-same-ids test "$(cat "$tmp/out")" = "$st_file_ids"
 
 # Outputs get the mode a plain create gives (not mkstemp's 0600): others can read a model.
 expect make-model-mode test "$(stat -c %a "$tmp/m.bin")" = "$(printf '%o' $((0666 & ~$(umask))))"
