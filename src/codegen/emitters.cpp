@@ -560,8 +560,8 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
       "sg[j] = e; total += e; }\n";
   out += "sum[g] = total;\n}\n";
   // The weighted sum of v rows, per head and per block of at most
-  // kValueBlock columns, each block's sums in a local array the compiler
-  // keeps in registers across the walk over positions. (One array for every
+  // kValueBlock columns, each block's sums in locals the compiler keeps in
+  // registers across the walk over positions. (One array for every
   // head and column, indexed by head inside that walk, stayed in memory:
   // each position's multiply-add waited on the last one's store, and this
   // loop was half of stories260K's region.) Per column the sum still runs

@@ -257,7 +257,7 @@ std::size_t CompiledFunction::load(const std::string& path) {
 void CompiledFunction::save_locked(const std::string& path) const {
   const CompilerConfig& config = backend_->config();
   // This process's graphs first, then saved ones it has not used, up to
-  // recompile_limit: the file keeps the most recently used guard sets.
+  // recompile_limit: the file keeps the latest run's guard sets first.
   std::vector<const Entry*> kept;
   for (const auto* list : {&entries_, &saved_}) {
     for (const auto& e : *list) {
