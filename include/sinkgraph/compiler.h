@@ -218,7 +218,7 @@ class SG_API CompiledFunction {
   void save_locked(const std::string& path) const;
   std::size_t load_locked(const std::string& path);
   // The first graph of saved_ whose guards pass for `args`, built and moved
-  // into entries_; null when none passes or entries_ is at recompile_limit.
+  // into entries_ (the caller checks recompile_limit); null when none passes.
   Entry* take_saved_graph_locked(std::span<const Arg> args);
   // TraceOptions::cache_key: finds saved graphs before the first call, and
   // keeps the file current after each trace. Problems warn once, never throw.

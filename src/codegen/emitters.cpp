@@ -574,17 +574,22 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
   const bool lanes = v.strides[2] == 1;
   for (std::int64_t c0 = 0; c0 < d; c0 += kValueBlock) {
     const std::int64_t width = std::min(kValueBlock, d - c0);
-    if (lanes && width % 8 == 0) {
-      // Eight columns to a vector (sg_v8): written as a plain loop, GCC
-      // vectorized the walk over positions instead (a reduction, with
-      // -fassociative-math), transposing the v rows in registers.
-      const std::int64_t vecs = width / 8;
-      out += "{\n";
+    // Eight columns to a vector (sg_v8) where the block allows: written as a
+    // plain loop, GCC vectorized the walk over positions instead (a
+    // reduction, with -fassociative-math), transposing the v rows in
+    // registers. Otherwise a local array, summed column by column.
+    const std::int64_t vecs = lanes && width % 8 == 0 ? width / 8 : 0;
+    out += "{\n";
+    if (vecs > 0) {
       for (std::int64_t i = 0; i < vecs; ++i) out += fmt::format("sg_v8 acc{} = {{}};\n", i);
-      out += "for (long long j = 0; j < visible; ++j) {\n";
-      out +=
-          fmt::format("const float* vrow = {} + j * {} + kvh * {} + {};\nconst float wj = sg[j];\n",
-                      v.ptr, i64(v.strides[0]), i64(v.strides[1]), i64(c0));
+    } else {
+      out += fmt::format("float acc[{}] = {{}};\n", width);
+    }
+    out += "for (long long j = 0; j < visible; ++j) {\n";
+    out +=
+        fmt::format("const float* vrow = {} + j * {} + kvh * {} + {};\nconst float wj = sg[j];\n",
+                    v.ptr, i64(v.strides[0]), i64(v.strides[1]), i64(c0 * v.strides[2]));
+    if (vecs > 0) {
       for (std::int64_t i = 0; i < vecs; ++i)
         out += fmt::format("acc{0} += wj * sg_load8(vrow + {1});\n", i, i64(8 * i));
       out += "}\n";
@@ -592,19 +597,13 @@ bool emit_attention(const EmitArgs& a, std::string& out) {
         out += fmt::format("for (int c = 0; c < 8; ++c) orow[({} + c) * {}] = acc{}[c] * inv;\n",
                            i64(c0 + 8 * i), i64(o.strides[2]), i);
       }
-      out += "}\n";
-      continue;
+    } else {
+      out += fmt::format("for (long long c = 0; c < {}; ++c) acc[c] += wj * vrow[c * {}];\n}}\n",
+                         i64(width), i64(v.strides[2]));
+      out += fmt::format("for (long long c = 0; c < {}; ++c) orow[(c + {}) * {}] = acc[c] * inv;\n",
+                         i64(width), i64(c0), i64(o.strides[2]));
     }
-    out += fmt::format("{{\nfloat acc[{}] = {{}};\n", width);
-    out += "for (long long j = 0; j < visible; ++j) {\n";
-    out +=
-        fmt::format("const float* vrow = {} + j * {} + kvh * {} + {};\nconst float wj = sg[j];\n",
-                    v.ptr, i64(v.strides[0]), i64(v.strides[1]), i64(c0 * v.strides[2]));
-    out += fmt::format("for (long long c = 0; c < {}; ++c) acc[c] += wj * vrow[c * {}];\n}}\n",
-                       i64(width), i64(v.strides[2]));
-    out +=
-        fmt::format("for (long long c = 0; c < {}; ++c) orow[(c + {}) * {}] = acc[c] * inv;\n}}\n",
-                    i64(width), i64(c0), i64(o.strides[2]));
+    out += "}\n";
   }
   out += "}\n";
   out += pairs >= 2 ? "}\n});\n}\n" : "}\n}\n}\n";

@@ -36,9 +36,6 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
     why = reason;
   }
   if (entry == nullptr) {
-    entry = take_saved_graph_locked(args);
-  }
-  if (entry == nullptr) {
     if (static_cast<std::int64_t>(entries_.size()) >= backend_->config().recompile_limit) {
       ++eager_calls_;
       if (!limit_warned_) {
@@ -51,6 +48,9 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
       }
       return fn_(args);
     }
+    entry = take_saved_graph_locked(args);
+  }
+  if (entry == nullptr) {
     auto e = std::make_unique<Entry>();
     e->reason =
         entries_.empty() ? "first call" : "guards of every earlier graph failed (" + why + ")";

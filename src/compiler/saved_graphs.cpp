@@ -411,9 +411,6 @@ std::size_t CompiledFunction::load_locked(const std::string& path) {
 }
 
 CompiledFunction::Entry* CompiledFunction::take_saved_graph_locked(std::span<const Arg> args) {
-  if (static_cast<std::int64_t>(entries_.size()) >= backend_->config().recompile_limit) {
-    return nullptr;
-  }
   const auto match = std::find_if(saved_.begin(), saved_.end(), [&](const auto& e) {
     return e->traced.guards.check(args, nullptr);
   });
