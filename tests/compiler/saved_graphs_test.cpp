@@ -3,10 +3,12 @@
 // read by another, which must then skip tracing and compute what a traced
 // function computes, bit for bit; and every way a file can be wrong refused
 // before anything changes.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <stdlib.h>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -374,4 +376,46 @@ TEST(saved_graphs, a_full_file_leaves_room_for_a_new_guard_set) {
     EXPECT_EQ(fn->num_traces(), 0) << "recompile_limit reached: the third shape runs eagerly";
     EXPECT_NE(fn->explain().find("eager calls past the recompile limit: 1"), std::string::npos);
   }
+}
+
+// Calls from several host threads race to take the same saved graphs: each
+// guard set is built once, no call traces or runs eagerly, and every result
+// is the eager one.
+TEST(saved_graphs, threads_taking_saved_graphs_build_each_once) {
+  const TempDir dir;
+  sgtest::Mlp mlp;
+  const auto fn_of = [&mlp](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return mlp(a.first(1));
+  };
+  sg::CompilerConfig config = sgtest::reduce_overhead();
+  config.clone_output = true;  // outputs read by other threads outlive the next replay
+  const auto backend = sg::get_backend(config);
+  sg::TraceOptions options;
+  options.parameters = [&mlp] { return mlp.named_parameters(); };
+  const fs::path file = dir.path / "mlp.json";
+  const std::vector<sg::Tensor> xs{sgtest::random_tensor({2, 64}, 2),
+                                   sgtest::random_tensor({3, 64}, 3)};
+  std::vector<std::vector<float>> expected;
+  {
+    auto fn = sg::compile(fn_of, backend, options);
+    for (const sg::Tensor& x : xs) expected.push_back((*fn)({x})[0].to_floats());
+    fn->save(file.string());
+  }
+  auto fn = sg::compile(fn_of, backend, options);
+  ASSERT_EQ(fn->load(file.string()), 2U);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const std::size_t k = static_cast<std::size_t>((t + i) % 2);
+        if ((*fn)({xs[k]})[0].to_floats() != expected[k]) ++wrong;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(fn->num_traces(), 0);
+  EXPECT_EQ(fn->num_graphs(), 2U);
+  EXPECT_EQ(fn->explain().find("eager calls"), std::string::npos) << fn->explain();
 }
