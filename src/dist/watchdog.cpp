@@ -23,7 +23,9 @@ std::int64_t now_ns() {
 Watchdog::Watchdog(std::chrono::duration<double> timeout, OnExpire on_expire)
     : timeout_(timeout), on_expire_(std::move(on_expire)) {
   SG_CHECK(timeout_.count() > 0, "dist: a watchdog needs a timeout above 0 s");
-  thread_ = std::thread([this] { run(); });
+  // The thread's first look counts from now, not from when it first runs: a
+  // process stopped before its watchdog's thread started is a late wake too.
+  thread_ = std::thread([this, created = now_ns()] { run(created); });
 }
 
 Watchdog::~Watchdog() {
@@ -49,7 +51,7 @@ Watchdog::Scope::~Scope() {
     dog_->since_[static_cast<std::size_t>(slot_)].store(0, std::memory_order_relaxed);
 }
 
-void Watchdog::run() {
+void Watchdog::run(std::int64_t created_ns) {
   // A few looks per timeout, so a wait is reported at most a quarter of the
   // timeout late; never busier than 100 times a second.
   const auto interval =
@@ -57,16 +59,18 @@ void Watchdog::run() {
                  std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   const auto limit_ns = static_cast<std::int64_t>(timeout_.count() * 1e9);
   const auto interval_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(interval).count();
-  // A watchdog that wakes a timeout late was not running: the process was
-  // stopped (SIGSTOP, a debugger) or starved. Waits then count from when it
-  // runs again, so that a rank that was itself the hung one does not blame
-  // the others once it resumes.
-  std::int64_t last = now_ns();
+  // A watchdog that wakes a whole interval late was not running: the
+  // process was stopped (SIGSTOP, a debugger) or starved. Waits then count
+  // from when it runs again, so that a rank that was itself the hung one does
+  // not blame the others once it resumes. (A wake a whole timeout late
+  // would miss a stop just past the timeout, over a scope begun before it.)
+  // Starvation only delays a report.
+  std::int64_t last = created_ns;
   std::int64_t resumed = 0;
   std::unique_lock lock(mu_);
   while (!wake_.wait_for(lock, interval, [this] { return stop_; })) {
     const std::int64_t now = now_ns();
-    if (now - last > interval_ns + limit_ns) resumed = now;
+    if (now - last > 2 * interval_ns) resumed = now;
     last = now;
     for (int slot = 0; slot < kSlots; ++slot) {
       const auto i = static_cast<std::size_t>(slot);

@@ -10,9 +10,9 @@
 // a slot busy for longer than the timeout. The MPI layer's `on_expire` logs
 // which call waited and ends the job with MPI_Abort, so the wait is bounded
 // on every rank: the hung rank is ended by mpirun with the rest. A watchdog
-// that itself wakes a timeout late (its process was stopped or starved)
-// counts waits from when it runs again, so a stopped rank that mpirun
-// resumes to end it does not report the others as hung.
+// that itself wakes a whole interval late (its process was stopped or
+// starved) counts waits from when it runs again, so a stopped rank that is
+// resumed does not report the others as hung.
 //
 // The timeout is SINKGRAPH_DIST_TIMEOUT (seconds; default 600, PyTorch's
 // default for its NCCL process groups; 0 turns the watchdog off). It bounds
@@ -69,7 +69,7 @@ class Watchdog {
   };
 
  private:
-  void run();
+  void run(std::int64_t created_ns);  // steady-clock ns at construction
 
   std::chrono::duration<double> timeout_;
   OnExpire on_expire_;

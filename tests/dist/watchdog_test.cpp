@@ -1,7 +1,8 @@
 // The collective watchdog (Note [Collective watchdog], src/dist/watchdog.h)
 // without MPI: a scope held past the timeout is reported once, with its name
-// and slot; scopes that end in time never are, whatever their total; and
-// SINKGRAPH_DIST_TIMEOUT is read strictly. Built in every preset (tsan too:
+// and slot; scopes that end in time never are, whatever their total; a
+// process stopped and resumed does not report the wait it was stopped in;
+// and SINKGRAPH_DIST_TIMEOUT is read strictly. Built in every preset (tsan too:
 // the scopes are stamped and cleared from several threads at once).
 #include "dist/watchdog.h"
 
@@ -9,8 +10,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <signal.h>
 #include <string>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -88,6 +92,45 @@ TEST(DistWatchdog, ScopesThatEndInTimeAreNeverReported) {
   const std::lock_guard lock(seen.mu);
   EXPECT_EQ(seen.calls, 0) << seen.what << " on slot " << seen.slot << " reported after "
                            << seen.waited.count() << " s";
+}
+
+TEST(DistWatchdog, AStoppedProcessDoesNotBlameTheOthersWhenResumed) {
+  // The hung rank of a job: a child process holds a scope begun before it is
+  // stopped (SIGSTOP) for a little longer than the timeout, and ends it soon
+  // after it is resumed. Its own watchdog was stopped too, so the wait is not
+  // the others' fault and must not be reported. (The first watchdog, which
+  // took only a wake a whole timeout plus an interval late for a stop, and
+  // began counting when its thread first ran, reported it in 10 of 10 runs.)
+  constexpr auto kTimeout = 400ms;
+  constexpr auto kStop = 430ms;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<bool> reported{false};
+    {
+      Watchdog dog(kTimeout, [&reported](std::string_view, int, Seconds) { reported = true; });
+      const auto start = std::chrono::steady_clock::now();
+      const Watchdog::Scope scope(&dog, 0, "MPI_Allreduce");
+      if (write(ready[1], "r", 1) != 1) _exit(3);
+      // Held until ~150 ms after the resume, then the watchdog looks again.
+      while (std::chrono::steady_clock::now() < start + kStop + 150ms)
+        std::this_thread::sleep_for(5ms);
+    }
+    _exit(reported ? 1 : 0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  std::this_thread::sleep_for(kStop);
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(ready[0]);
+  close(ready[1]);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the resumed process reported its own stop as a hang";
 }
 
 TEST(DistWatchdog, ANullWatchdogWatchesNothing) {
