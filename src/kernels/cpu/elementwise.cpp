@@ -14,7 +14,8 @@ namespace {
 // Left to GCC's inliner, the kernels that instantiate a loop per dtype
 // (silu, sigmoid, exp) kept a call per element in the f32 loop, wherever the
 // inliner's budget ran out (vec::exp, pointwise::silu or the op): a scalar
-// loop that cost stories260K's reduce-overhead token ~4 us (docs/performance.md).
+// loop that cost stories260K's reduce-overhead token ~4 us (docs/performance.md,
+// "Generated code, fourth part").
 template <typename Op, typename T>
 [[gnu::flatten]] void binary_span(const T* a, const T* b, T* out, std::int64_t begin,
                                   std::int64_t end) {
