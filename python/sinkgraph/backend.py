@@ -1,484 +1,202 @@
-"""get_backend(): sinkgraph as a torch.compile backend.
+"""sinkgraph as a torch.compile backend: get_backend() and the "sinkgraph" entry point.
 
 The backend has torch.compile's contract, ``backend(gm, example_inputs) ->
-callable``. As TorchAir's ``_npu_backend`` does, it lowers the FX graph to
-ATen with AOTAutograd (inference only) and gives AOTAutograd a forward
-compiler that converts each ATen node to sinkgraph IR (converters.py) and
-compiles the IR with the config's mode (sinkgraph._C.CompiledGraph: trace
-once per guard set, passes, capture, replay).
+callable``. As TorchAir's ``_npu_backend`` does, it hands Dynamo's FX graph to
+AOTAutograd (``aot_module_simplified``) with the core ATen decompositions
+(plus ``custom_decompositions``); AOTAutograd calls back with functional ATen
+graphs: one for inference, or a forward and a backward for training. Each
+ATen graph is lowered (constants folded), partitioned by capability, and its
+supported regions compiled by sinkgraph in the config's mode (graph.py).
 """
 
-import copy
-import functools
-import inspect
+import itertools
 import operator
-import re
+import threading
+import weakref
 
 import torch
-import torch.utils.dlpack
+from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import _C
-from . import converters as cv
+from ._log import info
 from .config import CompilerConfig
+from .graph import INPUT, PARAM, Region
+from .lowering import decompositions, fold_constants
+from .partition import partition
 
-try:  # torch >= 2.0
-    from torch._functorch.aot_autograd import aot_module_simplified
-except ImportError:  # torch 1.13
-    from functorch.compile import aot_module_simplified
-
-# The first placeholders of a graph handed to the backend that are the
-# module's parameters and buffers (set by sinkgraph.compile; under
-# torch.compile, AOTAutograd lifts the GraphModule's own).
-PARAM_NAMES_ATTR = "_sinkgraph_param_names"
-
-_VIEW_OPS = {
-    torch.ops.aten.view.default, torch.ops.aten._reshape_alias.default,
-    torch.ops.aten._unsafe_view.default, torch.ops.aten.select.int,
-    torch.ops.aten.slice.Tensor, torch.ops.aten.permute.default,
-    torch.ops.aten.transpose.int, torch.ops.aten.t.default, torch.ops.aten.expand.default,
-    torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.alias.default,
-    torch.ops.aten.detach.default, torch.ops.aten.split.Tensor, operator.getitem,
-}
+_BACKENDS = weakref.WeakSet()  # every Backend of the process, for counters(None)
+_LOCK = threading.Lock()
+_GRAPH_IDS = itertools.count()
 
 
-def _to_sg(t):
-    if not t.is_contiguous() and any(s < 0 for s in t.stride()):
-        t = t.contiguous()
-    return _C.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+def _dynamo_kinds(gm, example_inputs):
+    """param or input per placeholder of Dynamo's graph.
 
-
-def _to_torch(t):
-    return torch.utils.dlpack.from_dlpack(_C.to_dlpack(t))
-
-
-def _sanitize(name):
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
-
-
-def _node_meta(node):
-    """(dtype name, shape) of a node's tensor value, from the FX metadata."""
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return val.dtype, list(val.shape)
-    tm = node.meta.get("tensor_meta")
-    if tm is not None and hasattr(tm, "shape"):
-        return tm.dtype, list(tm.shape)
-    return None
-
-
-_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-           torch.int32: "i32", torch.int64: "i64", torch.bool: "bool"}
-
-
-def _constant_kind(v):
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, str):
-        return "str"
-    if isinstance(v, torch.dtype):
-        return "dtype"
-    if isinstance(v, torch.memory_format):
-        return "memory_format"
-    if isinstance(v, torch.layout):
-        return "layout"
-    if isinstance(v, torch.device):
-        return "device"
-    if isinstance(v, (list, tuple)):
-        if all(isinstance(x, bool) for x in v):
-            return "bool_list"
-        if all(isinstance(x, int) for x in v):
-            return "int_list"
-        if all(isinstance(x, (int, float)) for x in v):
-            return "float_list"
-    raise cv.Unsupported(f"an argument {v!r} that cannot be passed to libtorch")
-
-
-_DTYPE_CODES = {torch.float32: 6, torch.float16: 5, torch.bfloat16: 15, torch.int32: 3,
-                torch.int64: 4, torch.bool: 11}
-
-
-# c10::MemoryFormat's values.
-_MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1,
-                   torch.channels_last: 2, torch.channels_last_3d: 3}
-
-
-class _Fallback:
-    """A node that runs its ATen operator through libtorch (Note [The libtorch fallback])."""
-
-    def __init__(self, node, args, kwargs, stats, inplace=False):
-        self.inplace = inplace
-        self.node = node
-        self.schema = node.target._schema
-        self.args, self.kwargs = args, kwargs
-        self.stats = stats
-
-    def build(self, output_index, meta):
-        try:
-            return self._build(output_index, meta)
-        except cv.Unsupported as e:
-            raise _C.Error(f"{self.node.format_node()}: no converter, and the libtorch fallback "
-                           f"cannot run it either: {e}") from None
-
-    def _build(self, output_index, meta):
-        if meta is None:
-            raise cv.Unsupported(f"{self.node.target}: no shape metadata for its output")
-        dtype, shape = meta
-        if dtype not in _DTYPES:
-            raise cv.Unsupported(f"{self.node.target}: output dtype {dtype}")
-        tensors, spec = [], []
-        values = list(self.args)
-        for i, arg in enumerate(self.schema.arguments):
-            if i < len(values):
-                v = values[i]
-            elif arg.name in self.kwargs:
-                v = self.kwargs[arg.name]
-            elif arg.has_default_value():
-                v = arg.default_value
-            else:
-                raise cv.Unsupported(f"{self.node.target}: argument {arg.name} missing")
-            if isinstance(v, _C.Tensor):
-                spec.append(("tensor", len(tensors)))
-                tensors.append(v)
-            elif isinstance(v, (list, tuple)) and v and all(isinstance(x, _C.Tensor) for x in v):
-                spec.append(("tensor_list", list(range(len(tensors), len(tensors) + len(v)))))
-                tensors.extend(v)
-            else:
-                kind = _constant_kind(v)
-                if kind == "dtype":
-                    v = _DTYPE_CODES[v]
-                elif kind == "memory_format":
-                    v = _MEMORY_FORMATS[v]
-                elif kind == "layout":
-                    if v != torch.strided:
-                        raise cv.Unsupported(f"{self.node.target}: layout {v}")
-                    v = 0
-                elif kind == "device":
-                    if v.type != "cpu":
-                        raise cv.Unsupported(f"{self.node.target}: device {v}")
-                    v = "cpu"
-                spec.append((kind, v))
-        overload = self.node.target._overloadname
-        fid = _C.register_torch_fallback(self.schema.name, "" if overload == "default" else overload,
-                                         spec, output_index, _DTYPES[dtype], shape,
-                                         self.inplace)
-        self.stats["fallback_nodes"] += 1
-        self.stats["fallback_ops"].add(str(self.node.target))
-        return _C.op("torch_fallback", tensors, [fid])
-
-
-class GraphRunner:
-    """The function the C++ tracer calls: runs the ATen graph's converters on traced tensors.
-
-    Note [In-place ATen calls]
-    An in-place call (relu_, add_) is converted to its functional form. When
-    it writes a graph input (or a view of one), the result is copied back
-    with sinkgraph's copy_, which makes the input a mutated input. When it
-    writes an intermediate that nobody reads afterwards except through this
-    call's result, the result simply replaces it; otherwise it is copied
-    back too, so every later reader sees the write.
+    With torch 2.x's inlined nn.Modules, a module's parameters and buffers are
+    inputs of Dynamo's graph; their GraphArg sources name where they came from.
     """
+    kinds = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, example_inputs):
+        arg = node.meta.get("grapharg")
+        source = arg.source.name if arg is not None and hasattr(arg, "source") else ""
+        source = source() if callable(source) else str(source)
+        is_param = isinstance(example, torch.nn.Parameter) or "_parameters" in source or \
+            "_buffers" in source
+        kinds.append(PARAM if is_param else INPUT)
+    return kinds
 
-    def __init__(self, gm, mode, stats):
-        self.gm = gm
-        self.graph = gm.graph
-        self.mode = mode
-        self.stats = stats
-        self.order = {n: i for i, n in enumerate(self.graph.nodes)}
-        self.input_rooted = set()
-        for n in self.graph.nodes:
-            if n.op == "placeholder":
-                self.input_rooted.add(n)
-            elif n.op == "call_function" and n.target in _VIEW_OPS and n.args and \
-                    n.args[0] in self.input_rooted:
-                self.input_rooted.add(n)
 
-    def _check_write(self, node):
-        """An in-place write must reach the tensor torch writes (Copies in converters.py)."""
-        n = node.args[0]
-        while isinstance(n, torch.fx.Node):
-            if n in self.copied:
-                raise _C.Error(
-                    f"{node.format_node()}: writes in place through {n.format_node()}, which "
-                    "sinkgraph computes as a copy (a reshape of a strided tensor); the write "
-                    "would be lost. Make the tensor contiguous before the view in the model")
-            if n.op != "call_function" or n.target not in _VIEW_OPS or not n.args:
-                break
-            n = n.args[0]
+def _check_inputs(example_inputs, where):
+    for i, t in enumerate(example_inputs):
+        if isinstance(t, torch.Tensor):
+            if t.device.type != "cpu":
+                raise _C.Error(f"{where}: input {i} is on {t.device}; sinkgraph runs on the "
+                               "CPU (move the model and inputs with .cpu())")
 
-    def missing_converters(self):
-        missing = set()
-        for n in self.graph.nodes:
-            if n.op != "call_function" or n.target is operator.getitem:
+
+class CompiledAtenGraph:
+    """One ATen graph AOTAutograd handed over: its regions and its fallback nodes."""
+
+    def __init__(self, gm, kinds, config, name, kind):
+        self.name = name
+        self.kind = kind  # "inference", "forward" or "backward"
+        self.folded = fold_constants(gm)
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        gm, self.fallback = partition(gm)
+        self.regions = []
+        placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes
+                                                   if n.op == "placeholder")}
+        for node in list(gm.graph.nodes):
+            if node.op != "call_module" or not node.target.startswith("fused_"):
                 continue
-            target = cv.INPLACE.get(n.target, n.target)
-            if cv.lookup(target) is None:
-                missing.add(str(n.target))
-        return sorted(missing)
-
-    def mutated_placeholders(self):
-        """Placeholders an in-place call writes (through views too)."""
-        out = set()
-        roots = {}
-        for n in self.graph.nodes:
-            if n.op == "placeholder":
-                roots[n] = n
-            elif n.op == "call_function":
-                if n.target in _VIEW_OPS and n.args and n.args[0] in roots:
-                    roots[n] = roots[n.args[0]]
-                writes = n.target in cv.INPLACE or n.target is torch.ops.aten.copy_.default
-                if writes and n.args and n.args[0] in roots:
-                    out.add(roots[n.args[0]])
-        return out
+            sub = getattr(gm, node.target)
+            sub_kinds = [kinds[placeholders[a]] if a in placeholders and
+                         placeholders[a] < len(kinds) else INPUT for a in node.args]
+            region = Region(sub, sub_kinds, config, f"{name}.{len(self.regions)}")
+            self.regions.append(region)
+            submodule = node.target
+            node.op, node.target = "call_function", region
+            delattr(gm, submodule)
+        gm.graph.lint()
+        gm.recompile()
+        if calls and not self.regions:
+            ops = sorted({f[2] for f in self.fallback})
+            raise _C.Error(f"graph @{name}: no node has a sinkgraph converter ({', '.join(ops)}); "
+                           "sinkgraph would run nothing of it. Compile it with another backend, "
+                           "or add converters (docs/python.md, \"Adding a converter\")")
+        info(f"graph @{name} ({kind}): {len(calls)} ATen nodes, {self.folded} folded, "
+             f"{len(self.regions)} sinkgraph regions, {len(self.fallback)} fallback nodes")
+        # One region that is the whole graph: call it directly, without the FX module.
+        self.fn = self.regions[0] if self._whole_graph_region(gm) else gm
 
     @staticmethod
-    def _writes(node):
-        if node.target is operator.getitem or not hasattr(node.target, "_schema"):
+    def _whole_graph_region(gm):
+        nodes = list(gm.graph.nodes)
+        phs = [n for n in nodes if n.op == "placeholder"]
+        calls = [n for n in nodes if n.op == "call_function"]
+        regions = [n for n in calls if isinstance(n.target, Region)]
+        if len(regions) != 1 or list(regions[0].args) != phs:
             return False
-        return any(a.alias_info is not None and a.alias_info.is_write
-                   for a in node.target._schema.arguments)
-
-    def __call__(self, inputs):
-        env = {}
-        self.copied = set()
-        placeholders = iter(inputs)
-        self.stats["fallback_nodes"] = 0
-        self.stats["fallback_ops"] = set()
-
-        def load(a):
-            return torch.fx.node.map_arg(a, lambda n: env[n])
-
-        outputs = None
-        for node in self.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = next(placeholders)
-            elif node.op == "get_attr":
-                t = functools.reduce(getattr, node.target.split("."), self.gm)
-                env[node] = _to_sg(t) if isinstance(t, torch.Tensor) else t
-            elif node.op == "call_function":
-                if not node.users and not self._writes(node):
-                    env[node] = None  # unused (an empty buffer batch_norm returns)
-                    continue
-                env[node] = self._call(node, load(node.args), load(node.kwargs), env)
-            elif node.op == "output":
-                outputs = load(node.args[0])
-        if not isinstance(outputs, (list, tuple)):
-            outputs = [outputs]
-        self.output_layout = []
-        tensors = []
-        for o in outputs:
-            if isinstance(o, _C.Tensor):
-                self.output_layout.append(len(tensors))
-                tensors.append(o)
-            elif isinstance(o, _Fallback):
-                self.output_layout.append(len(tensors))
-                tensors.append(o.build(0, _node_meta(o.node)))
-            else:
-                self.output_layout.append(("const", o))
-        return tensors
-
-    def _call(self, node, args, kwargs, env):
-        target = node.target
-        if target is operator.getitem:
-            seq, index = args
-            if isinstance(seq, _Fallback):
-                meta = None
-                val = seq.node.meta.get("val")
-                if isinstance(val, (list, tuple)) and isinstance(val[index], torch.Tensor):
-                    meta = (val[index].dtype, list(val[index].shape))
-                return seq.build(index, meta)
-            v = seq[index]
-            if v is None and node.users:
-                raise _C.Error(f"{node.format_node()}: output {index} of {node.args[0].target} "
-                               "is not computed by sinkgraph's converter")
-            return v
-        inplace_of = cv.INPLACE.get(target)
-        functional = inplace_of or target
-        converter = cv.lookup(functional)
-        result = None
-        reason = None
-        if inplace_of is not None or target is torch.ops.aten.copy_.default:
-            self._check_write(node)
-        if converter is not None:
-            cv.Copies.made = False
-            try:
-                result = converter(*args, **kwargs)
-            except cv.Unsupported as e:
-                reason = str(e)
-            if cv.Copies.made and target in _VIEW_OPS:
-                self.copied.add(node)
-        else:
-            reason = "no converter"
-        if result is None:
-            if self.mode == "max-autotune":
-                raise _C.Error(f"max-autotune: {target} cannot be converted ({reason}); "
-                               "max-autotune compiles the whole graph and has no libtorch "
-                               "fallback (use reduce-overhead, or add a converter: "
-                               "docs/architecture.md)")
-            schema = target._schema
-            writes = [a.name for a in schema.arguments if a.alias_info is not None and
-                      a.alias_info.is_write]
-            inplace = inplace_of is not None or writes == [schema.arguments[0].name]
-            if writes and not inplace:
-                raise _C.Error(f"{target} writes {', '.join(writes)} in place and has no "
-                               "converter; the libtorch fallback runs operators that write at "
-                               "most their first argument")
-            fb = _Fallback(node, args, kwargs, self.stats, inplace)
-            returns = schema.returns
-            if inplace or (len(returns) == 1 and str(returns[0].type) == "Tensor"):
-                result = fb.build(0, _node_meta(node))
-                return self._write_back(node, args[0], result, env) if inplace else result
-            return fb
-        if inplace_of is not None:
-            return self._write_back(node, args[0], result, env)
-        return result
-
-    def _write_back(self, node, dst, result, env):
-        mutated = node.args[0]
-        later_readers = [u for u in mutated.users if u is not node and
-                         self.order[u] > self.order[node]]
-        has_views = any(u.op == "call_function" and u.target in _VIEW_OPS for u in mutated.users)
-        if mutated not in self.input_rooted and not later_readers and not has_views:
-            env[mutated] = result
-            return result
-        return _C.op("copy_", [dst, result], [])
-
-
-
-class CompiledForward:
-    """The boxed callable a forward compiler returns: one ATen graph, compiled by sinkgraph."""
-
-    _boxed_call = True
-
-    def __init__(self, gm, config, num_params, param_names, name):
-        self.config = config
-        self.stats = {"fallback_nodes": 0, "fallback_ops": set()}
-        self.runner = GraphRunner(gm, config.mode, self.stats)
-        if config.mode == "max-autotune":
-            missing = self.runner.missing_converters()
-            if missing:
-                raise _C.Error("max-autotune: no converter for " + ", ".join(missing) +
-                               "; max-autotune compiles the whole graph and has no libtorch "
-                               "fallback (use reduce-overhead, or add converters: "
-                               "docs/architecture.md)")
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        mutated = self.runner.mutated_placeholders()
-        arg_names, param_args = [], []
-        for i, ph in enumerate(placeholders):
-            if i < num_params:
-                pname = param_names[i] if param_names and i < len(param_names) else ph.name
-                arg_names.append("p_" + _sanitize(pname))
-                if ph not in mutated:
-                    param_args.append(i)
-            else:
-                arg_names.append("in" + str(i - num_params))
-        self.num_params = num_params
-        self.graph = _C.CompiledGraph(self.runner, config.cxx_options(), name, arg_names,
-                                      param_args)
-        self._cached = [None] * num_params  # (torch tensor, data_ptr, sinkgraph tensor)
-
-    def _wrap(self, i, t):
-        if i < self.num_params:
-            c = self._cached[i]
-            ptr = t.data_ptr()
-            if c is not None and c[0] is t and c[1] == ptr:
-                return c[2]
-            s = _to_sg(t)
-            self._cached[i] = (t, ptr, s)
-            return s
-        return _to_sg(t)
+        region = regions[0]
+        items = [n for n in calls if n is not region]
+        out = nodes[-1].args[0]
+        if not items:
+            return out is region or (isinstance(out, (tuple, list)) and len(out) == 1 and
+                                     out[0] is region)
+        if not isinstance(out, (tuple, list)) or len(out) != len(items):
+            return False
+        return all(o is it and it.target is operator.getitem and it.args == (region, i)
+                   for i, (o, it) in enumerate(zip(out, items)))
 
     def __call__(self, args):
-        sg_args = [self._wrap(i, a) for i, a in enumerate(args)]
-        args.clear()  # boxed calling convention: the callee owns the list
-        outs = self.graph(sg_args)
-        result = []
-        for slot in self.runner.output_layout:
-            result.append(_to_torch(outs[slot]) if isinstance(slot, int) else slot[1])
-        return result
+        result = self.fn(*args)
+        args.clear()  # boxed convention: the callee owns the list
+        return list(result) if isinstance(result, (tuple, list)) else [result]
 
     def counters(self):
-        c = self.graph.counters()
-        c["fallback_nodes"] = self.stats["fallback_nodes"]
-        return c
+        total = {}
+        for r in self.regions:
+            for k, v in r.counters().items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def explain(self):
-        lines = [self.graph.explain().rstrip()]
-        if self.stats["fallback_nodes"]:
-            lines.append(f"fallback nodes (run through libtorch): {self.stats['fallback_nodes']}"
-                         f" ({', '.join(sorted(self.stats['fallback_ops']))})")
-        else:
-            lines.append("fallback nodes (run through libtorch): 0")
+        lines = [f"== graph @{self.name} ({self.kind}): {len(self.regions)} sinkgraph regions, "
+                 f"{self.folded} constant nodes folded at compile time, "
+                 f"{len(self.fallback)} fallback nodes (run by torch)"]
+        for text, reason, _ in self.fallback:
+            lines.append(f"  fallback: {text}  [{reason}]")
+        for r in self.regions:
+            lines.append(r.explain())
         return "\n".join(lines)
 
 
 class Backend:
     """What get_backend returns: callable as backend(gm, example_inputs)."""
 
-    def __init__(self, config, custom_decompositions):
+    def __init__(self, config, custom_decompositions=None):
         self.compiler_config = config
         self.custom_decompositions = dict(custom_decompositions or {})
-        self.compiled = []  # every CompiledForward this backend made
+        self.compiled = []  # every CompiledAtenGraph this backend made
+        self._decompositions = None
+        with _LOCK:
+            _BACKENDS.add(self)
 
-    def __call__(self, gm, example_inputs):
-        param_names = getattr(gm, PARAM_NAMES_ATTR, None)
-        if param_names is not None:
-            num_params = len(param_names)
-        else:  # torch.compile: AOTAutograd lifts the module's parameters and buffers first
-            param_names = [n for n, _ in gm.named_parameters()] + \
-                          [n for n, _ in gm.named_buffers()]
-            num_params = len(param_names)
+    def __call__(self, gm, example_inputs, **kwargs):
+        if kwargs:
+            raise TypeError(f"a sinkgraph backend from get_backend() takes no {sorted(kwargs)}; "
+                            "set them on its CompilerConfig (torch.compile's mode and options "
+                            "apply to backend=\"sinkgraph\")")
+        graph_id = next(_GRAPH_IDS)
+        _check_inputs(example_inputs, f"graph {graph_id}")
+        kinds = _dynamo_kinds(gm, example_inputs)
         config = self.compiler_config
-        name = f"graph{len(self.compiled)}"
+        if self._decompositions is None:
+            self._decompositions = decompositions(self.custom_decompositions)
 
-        def fw_compiler(fw_gm, _fw_inputs):  # AOTAutograd's contract; metadata is on the nodes
-            compiled = CompiledForward(fw_gm, config, num_params, param_names, name)
-            self.compiled.append(compiled)
-            return compiled
+        def compiler(kind):
+            def compile_graph(aten_gm, aten_inputs):
+                if kind != "inference" and config.mode == "max-autotune":
+                    raise _C.Error("max-autotune compiles inference graphs only: training "
+                                   "(a backward graph) is not supported; use mode "
+                                   "\"reduce-overhead\" or call the model under torch.no_grad()")
+                name = f"g{graph_id}" + ("" if kind == "inference" else f".{kind[:3]}")
+                k = kinds if kind != "backward" else []
+                compiled = CompiledAtenGraph(aten_gm, k, config, name, kind)
+                with _LOCK:
+                    self.compiled.append(compiled)
+                return _boxed(compiled)
 
-        # AOTAutograd wants tuple outputs (Dynamo's graphs have them); a
-        # GraphModule returning one tensor is wrapped and unwrapped.
-        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-        single = not isinstance(output.args[0], (tuple, list))
-        if single:
-            graph = copy.deepcopy(gm.graph)
-            gm = torch.fx.GraphModule(gm, graph)
-            output = next(n for n in reversed(graph.nodes) if n.op == "output")
-            output.args = ((output.args[0],),)
-            gm.recompile()
-        compiled = _aot(gm, example_inputs, fw_compiler, self.custom_decompositions)
-        if not single:
-            return compiled
-        return lambda *args: compiled(*args)[0]
+            return compile_graph
+
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=compiler("forward"),
+            bw_compiler=compiler("backward"), inference_compiler=compiler("inference"),
+            decompositions=self._decompositions, keep_inference_input_mutations=True)
+
+    def counters(self):
+        total = {"graphs_compiled": 0, "fallback_nodes": 0}
+        with _LOCK:
+            compiled = list(self.compiled)
+        for c in compiled:
+            total["graphs_compiled"] += 1
+            total["fallback_nodes"] += len(c.fallback)
+            for k, v in c.counters().items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def reset_counters(self):
+        with _LOCK:
+            self.compiled.clear()
 
 
-def _aot(gm, example_inputs, fw_compiler, decompositions):
-    params = inspect.signature(aot_module_simplified).parameters
-    if "args" in params:  # torch >= 2.0
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
-                                     decompositions=decompositions)
-    compiled = aot_module_simplified(gm, fw_compiler=fw_compiler, decompositions=decompositions)
+def _boxed(compiled):
+    def run(args):
+        return compiled(args)
 
-    def call(*args):
-        # torch 1.13's AOTAutograd traces on the first call, by default with
-        # the caller's real tensors: an in-place operator in the graph would
-        # then write the caller's inputs once while tracing, and again when
-        # the compiled graph runs. Trace with fake tensors instead (torch 2.x
-        # always does).
-        from functorch._src import config as aot_config
-        old = aot_config.use_fake_tensor
-        aot_config.use_fake_tensor = True
-        try:
-            return compiled(*args)
-        finally:
-            aot_config.use_fake_tensor = old
-
-    return call
+    run._boxed_call = True
+    return run
 
 
 def get_backend(compiler_config=None, custom_decompositions=None):
@@ -491,3 +209,44 @@ def get_backend(compiler_config=None, custom_decompositions=None):
     return Backend(compiler_config.copy(), custom_decompositions)
 
 
+_NAMED = {}  # (mode, options) -> Backend, for backend="sinkgraph"
+
+# torch.compile's modes and sinkgraph's.
+_MODES = {None: "reduce-overhead", "default": "reduce-overhead",
+          "reduce-overhead": "reduce-overhead", "max-autotune": "max-autotune",
+          "max-autotune-no-cudagraphs": "max-autotune", "eager": "eager"}
+
+
+def sinkgraph_backend(gm, example_inputs, mode=None, options=None):
+    """The backend torch.compile finds by name: ``backend="sinkgraph"``.
+
+    Registered under the ``torch_dynamo_backends`` entry point group, so a
+    process that never imported sinkgraph finds it. torch.compile hands a named
+    backend its ``mode`` and ``options``: the mode picks sinkgraph's mode
+    ("reduce-overhead" when none is given), and every option sets the
+    CompilerConfig attribute of that name (an unknown name is an error).
+    """
+    if mode not in _MODES:
+        raise _C.Error(f"torch.compile(backend=\"sinkgraph\"): unknown mode {mode!r}; "
+                       f"expected one of {', '.join(repr(m) for m in _MODES if m)}")
+    options = dict(options or {})
+    key = (mode, tuple(sorted((k, repr(v)) for k, v in options.items())))
+    with _LOCK:
+        backend = _NAMED.get(key)
+    if backend is None:
+        config = CompilerConfig()
+        config.mode = _MODES[mode]
+        for name, value in options.items():
+            try:
+                setattr(config, name, value)
+            except (AttributeError, ValueError) as e:
+                raise _C.Error(f"torch.compile(backend=\"sinkgraph\", options=...): {e}") from None
+        backend = Backend(config)
+        with _LOCK:
+            backend = _NAMED.setdefault(key, backend)
+    return backend(gm, example_inputs)
+
+
+def all_backends():
+    with _LOCK:
+        return list(_BACKENDS)

@@ -7,8 +7,8 @@
 // the C++ CompiledFunction, whose trace calls back into Python once per
 // guard set and whose replays run with the GIL released.
 //
-// Only this folder knows Python; only torch_fallback.cpp knows torch.
-#include <ATen/dlpack.h>
+// Only this folder knows Python, and nothing here knows torch: what needs
+// torch stays in the Python package.
 #include <cstring>
 #include <memory>
 #include <pybind11/functional.h>
@@ -25,134 +25,12 @@
 #include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
 #include "sinkgraph/version.h"
-#include "torch_fallback.h"
+#include "dlpack.h"
 
 namespace py = pybind11;
 namespace sg = sinkgraph;
 
 namespace {
-
-// ---- DLPack ------------------------------------------------------------------
-
-constexpr const char* kDltensor = "dltensor";
-constexpr const char* kUsedDltensor = "used_dltensor";
-
-sg::DType dtype_from_dl(const DLDataType& t) {
-  if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 32) return sg::DType::f32;
-    if (t.code == kDLFloat && t.bits == 16) return sg::DType::f16;
-    if (t.code == kDLBfloat && t.bits == 16) return sg::DType::bf16;
-    if (t.code == kDLInt && t.bits == 32) return sg::DType::i32;
-    if (t.code == kDLInt && t.bits == 64) return sg::DType::i64;
-  }
-  SG_CHECK(false, "a tensor of DLPack type (code ", static_cast<int>(t.code), ", bits ",
-           static_cast<int>(t.bits), ", lanes ", t.lanes,
-           ") has no sinkgraph dtype; tensors cross as float32, float16, bfloat16, int32 or int64");
-  return sg::DType::f32;
-}
-
-DLDataType dl_from_dtype(sg::DType d) {
-  switch (d) {
-    case sg::DType::f32:
-      return {kDLFloat, 32, 1};
-    case sg::DType::f16:
-      return {kDLFloat, 16, 1};
-    case sg::DType::bf16:
-      return {kDLBfloat, 16, 1};
-    case sg::DType::i32:
-      return {kDLInt, 32, 1};
-    case sg::DType::i64:
-      return {kDLInt, 64, 1};
-    case sg::DType::boolean:
-      break;
-  }
-  SG_CHECK(false, "a bool tensor cannot cross to torch through DLPack 0.6 (torch 1.13)");
-  return {kDLFloat, 32, 1};
-}
-
-// A torch tensor's memory as a sinkgraph tensor, without a copy. The
-// DLManagedTensor (which holds a reference to the torch tensor) is released
-// when the last sinkgraph storage viewing it dies.
-sg::Tensor from_dlpack(py::capsule capsule) {
-  SG_CHECK(std::strcmp(capsule.name(), kDltensor) == 0,
-           "from_dlpack: the capsule was already consumed (or is not a DLPack tensor)");
-  auto* managed = static_cast<DLManagedTensor*>(capsule.get_pointer());
-  const DLTensor& t = managed->dl_tensor;
-  SG_CHECK(t.device.device_type == kDLCPU,
-           "from_dlpack: only CPU tensors cross to the sinkgraph CPU device (device type ",
-           static_cast<int>(t.device.device_type), ")");
-  SG_CHECK(t.ndim <= sg::kMaxDims, "from_dlpack: a tensor of ", t.ndim,
-           " dimensions; sinkgraph tensors have at most ", sg::kMaxDims);
-  const sg::DType dtype = dtype_from_dl(t.dtype);
-  const auto elem = static_cast<std::int64_t>(sg::dtype_size(dtype));
-  sg::Shape shape;
-  sg::Strides strides;
-  std::int64_t lo = 0;
-  std::int64_t hi = 0;  // element extent, relative to the first element
-  bool empty = false;
-  for (int i = 0; i < t.ndim; ++i) {
-    const std::int64_t size = t.shape[i];
-    std::int64_t stride = 1;
-    if (t.strides != nullptr) {
-      stride = t.strides[i];
-    } else {
-      for (int j = i + 1; j < t.ndim; ++j) stride *= t.shape[j];
-    }
-    SG_CHECK(size >= 0, "from_dlpack: negative size");
-    shape.push_back(size);
-    strides.push_back(stride);
-    if (size == 0) empty = true;
-    if (size > 0) (stride >= 0 ? hi : lo) += (size - 1) * stride;
-  }
-  SG_CHECK(empty || lo == 0, "from_dlpack: negative strides are not supported");
-  SG_CHECK(t.byte_offset % static_cast<std::uint64_t>(elem) == 0,
-           "from_dlpack: byte offset not a multiple of the element size");
-  auto* base = static_cast<char*>(t.data) + t.byte_offset;
-  const auto bytes = static_cast<std::size_t>(empty ? 0 : (hi + 1) * elem);
-  std::shared_ptr<void> owner(managed, [](void* p) {
-    auto* m = static_cast<DLManagedTensor*>(p);
-    if (m->deleter != nullptr) m->deleter(m);
-  });
-  capsule.set_name(kUsedDltensor);
-  auto storage = std::make_shared<sg::Storage>(
-      sg::cpu(), sg::DataPtr::borrow(base, bytes == 0 ? 1 : bytes, std::move(owner)));
-  return {std::move(storage), dtype, shape, strides, 0};
-}
-
-struct ExportedTensor {
-  sg::Tensor tensor;
-  std::vector<std::int64_t> shape, strides;
-  DLManagedTensor managed{};
-};
-
-// A sinkgraph tensor's memory as a DLPack capsule for torch.from_dlpack: a
-// view, kept alive by the capsule. The caller has waited for pending writes.
-py::capsule to_dlpack(const sg::Tensor& t) {
-  SG_CHECK(t.defined() && !t.is_traced(), "to_dlpack: a traced tensor has no values");
-  auto* e = new ExportedTensor{t, {}, {}, {}};
-  e->shape.assign(t.shape().begin(), t.shape().end());
-  e->strides.assign(t.strides().begin(), t.strides().end());
-  DLTensor& d = e->managed.dl_tensor;
-  d.data = static_cast<char*>(t.storage()->data()) +
-           t.offset() * static_cast<std::int64_t>(sg::dtype_size(t.dtype()));
-  d.device = {kDLCPU, 0};
-  d.ndim = t.ndim();
-  d.dtype = dl_from_dtype(t.dtype());
-  d.shape = e->shape.data();
-  d.strides = e->strides.data();
-  d.byte_offset = 0;
-  e->managed.manager_ctx = e;
-  e->managed.deleter = [](DLManagedTensor* m) {
-    delete static_cast<ExportedTensor*>(m->manager_ctx);
-  };
-  return py::capsule(&e->managed, kDltensor, [](PyObject* cap) {
-    // A capsule nobody consumed still owns the tensor.
-    if (PyCapsule_IsValid(cap, kDltensor) != 0) {
-      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kDltensor));
-      m->deleter(m);
-    }
-  });
-}
 
 // ---- operators -----------------------------------------------------------------
 
@@ -253,7 +131,17 @@ class CompiledGraph {
     sg::TracedFn traced = [holder](std::span<const sg::Arg> args) {
       py::gil_scoped_acquire gil;
       py::list list;
-      for (const auto& a : args) list.append(py::cast(std::get<sg::Tensor>(a)));
+      for (const auto& a : args) {
+        if (const auto* t = std::get_if<sg::Tensor>(&a)) {
+          list.append(py::cast(*t));
+        } else if (const auto* i = std::get_if<std::int64_t>(&a)) {
+          list.append(*i);  // an integer input: specialized and guarded by the tracer
+        } else {
+          const auto v = std::get<sg::SymInt>(a).maybe_value();
+          SG_CHECK(v.has_value(), "a symbolic integer argument reached the converters");
+          list.append(*v);
+        }
+      }
       return (*holder)(list).cast<std::vector<sg::Tensor>>();
     };
     fn_ = sg::compile(std::move(traced), sg::get_backend(config_from(options)), std::move(trace));
@@ -266,8 +154,21 @@ class CompiledGraph {
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
 
-  std::vector<sg::Tensor> call(const std::vector<sg::Tensor>& tensors) {
-    std::vector<sg::Arg> args(tensors.begin(), tensors.end());
+  // Arguments are sinkgraph tensors or Python integers (Dynamo's SymInt
+  // inputs arrive as ints; each value is its own guard set).
+  std::vector<sg::Tensor> call(const py::list& values) {
+    std::vector<sg::Arg> args;
+    args.reserve(values.size());
+    for (const auto& v : values) {
+      if (py::isinstance<sg::Tensor>(v)) {
+        args.emplace_back(v.cast<sg::Tensor>());
+      } else {
+        SG_CHECK(py::isinstance<py::int_>(v), "a compiled graph's argument ", args.size(),
+                 " is ", py::str(py::type::of(v)).cast<std::string>(),
+                 "; expected a tensor or an integer");
+        args.emplace_back(v.cast<std::int64_t>());
+      }
+    }
     std::vector<sg::Tensor> out;
     {
       py::gil_scoped_release release;
@@ -327,8 +228,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
   m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
 
-  m.def("from_dlpack", &from_dlpack, "A torch tensor's memory (a DLPack capsule), not copied");
-  m.def("to_dlpack", &to_dlpack, "A DLPack capsule viewing the tensor's memory");
+  m.def("from_dlpack", &sinkgraph::python::from_dlpack, "A torch tensor's memory (a DLPack capsule), not copied");
+  m.def("to_dlpack", &sinkgraph::python::to_dlpack, "A DLPack capsule viewing the tensor's memory");
   m.def("op", &run_named_op, py::arg("name"), py::arg("tensors"), py::arg("scalars"),
         "Runs (or, while tracing, records) a registered operator");
   m.def("op_names", [] { return sg::OpRegistry::instance().names(); });
@@ -368,5 +269,4 @@ PYBIND11_MODULE(_C, m) {
       .def("graph_text", &CompiledGraph::graph_text)
       .def("reset", &CompiledGraph::reset);
 
-  sinkgraph::python::bind_torch_fallback(m);
 }

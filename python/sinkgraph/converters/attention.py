@@ -1,0 +1,116 @@
+"""Attention: PyTorch's fused multi-head attention and encoder-layer kernels."""
+
+import math
+
+import torch
+
+from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
+                       optional_overload, register, sg_op, transpose, unsqueeze, view,
+                       _is_tensor, _wrap_dim)
+
+
+# ---- PyTorch's fused transformer fast paths -----------------------------------------------
+#
+# Under torch.no_grad() in eval mode, nn.TransformerEncoderLayer and
+# nn.MultiheadAttention call one fused ATen kernel. They are decomposed here
+# into sinkgraph operators, so that the passes see (and max-autotune fuses)
+# every part.
+
+
+def _linear_bias(x, w, b):
+    out = sg_op("linear", [x, w])
+    return out if b is None else sg_op("add", [out, b])
+
+
+def _attention(q, k, v, num_heads, mask=None, need_weights=False, average=True):
+    """Scaled dot-product attention of q[B, L, E], k/v[B, S, E] with num_heads heads.
+
+    Returns (out[B, L, E], weights or None).
+    """
+    bsz, L, E = q.shape
+    S = k.shape[1]
+    d = E // num_heads
+    if mask is not None:
+        raise Unsupported("attention with a mask")
+    if not need_weights:
+        # One kernel over the strided slices: no head permutes, no batched
+        # products (the `sdpa` operator).
+        return sg_op("sdpa", [q, k, v], num_heads, 1.0 / math.sqrt(d)), None
+
+    def heads(t, n):
+        return contiguous(sg_op("permute", [view(t, [bsz, n, num_heads, d])], [0, 2, 1, 3]))
+
+    qh = heads(q, L)
+    kh = heads(k, S)
+    vh = heads(v, S)
+    qh = view(qh, [bsz * num_heads, L, d])
+    kt = contiguous(transpose(view(kh, [bsz * num_heads, S, d]), 1, 2))  # [BH, d, S]
+    vh = view(vh, [bsz * num_heads, S, d])
+    scores = sg_op("mul_scalar", [sg_op("matmul", [qh, kt])], 1.0 / math.sqrt(d))
+    attn = sg_op("softmax", [scores])  # [BH, L, S]
+    out = sg_op("matmul", [attn, vh])  # [BH, L, d]
+    out = sg_op("permute", [view(out, [bsz, num_heads, L, d])], [0, 2, 1, 3])
+    out = view(contiguous(out), [bsz, L, E])
+    weights = None
+    if need_weights:
+        w = view(attn, [bsz, num_heads, L, S])
+        weights = sg_op("mean", [w], [1], False) if average else w
+    return out, weights
+
+
+def _in_projection(query, key, value, qkv_weight, qkv_bias, E):
+    if query is key and key is value:
+        qkv = _linear_bias(query, qkv_weight, qkv_bias)  # [B, L, 3E]
+        return (sg_op("slice", [qkv], 2, 0, E, 1), sg_op("slice", [qkv], 2, E, 2 * E, 1),
+                sg_op("slice", [qkv], 2, 2 * E, 3 * E, 1))
+    ws = [sg_op("slice", [qkv_weight], 0, i * E, (i + 1) * E, 1) for i in range(3)]
+    bs = [None] * 3 if qkv_bias is None else [
+        sg_op("slice", [qkv_bias], 0, i * E, (i + 1) * E, 1) for i in range(3)]
+    return tuple(_linear_bias(t, contiguous(w), b) for t, w, b in zip((query, key, value), ws, bs))
+
+
+@register(aten._native_multi_head_attention.default)
+def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+                proj_bias, mask=None, need_weights=True, average_attn_weights=True,
+                mask_type=None):
+    if query.ndim != 3:
+        raise Unsupported("unbatched multi-head attention")
+    q, k, v = _in_projection(query, key, value, qkv_weight, qkv_bias, embed_dim)
+    if need_weights:
+        q, k, v = contiguous(q), contiguous(k), contiguous(v)
+    out, weights = _attention(q, k, v, num_head, mask, need_weights, average_attn_weights)
+    return (_linear_bias(out, proj_weight, proj_bias), weights)
+
+
+@register(aten._transformer_encoder_layer_fwd.default)
+def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                   use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                   norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                   mask_type=None):
+    if src.ndim != 3:
+        raise Unsupported("unbatched encoder layer")
+    eps = float(eps)
+
+    def norm(t, w, b):
+        return sg_op("layer_norm", [t, w, b], eps)
+
+    def self_attention(t):
+        q, k, v = _in_projection(t, t, t, qkv_weight, qkv_bias, embed_dim)
+        out, _ = _attention(q, k, v, num_heads, mask)
+        return _linear_bias(out, proj_weight, proj_bias)
+
+    def feed_forward(t):
+        h = _linear_bias(t, ffn_weight_1, ffn_bias_1)
+        h = sg_op("gelu" if use_gelu else "relu", [h])
+        return _linear_bias(h, ffn_weight_2, ffn_bias_2)
+
+    x = src
+    if norm_first:
+        x = sg_op("add", [x, self_attention(norm(x, norm_weight_1, norm_bias_1))])
+        x = sg_op("add", [x, feed_forward(norm(x, norm_weight_2, norm_bias_2))])
+    else:
+        x = norm(sg_op("add", [x, self_attention(x)]), norm_weight_1, norm_bias_1)
+        x = norm(sg_op("add", [x, feed_forward(x)]), norm_weight_2, norm_bias_2)
+    return x
+
+

@@ -1,0 +1,55 @@
+"""Normalisation, softmax and reductions."""
+
+import math
+
+import torch
+
+from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
+                       optional_overload, register, sg_op, transpose, unsqueeze, view,
+                       _is_tensor, _wrap_dim)
+
+
+# ---- normalisation, softmax, reductions ------------------------------------------------
+
+
+@register(aten._softmax.default)
+def _softmax(x, dim, half_to_float=False):
+    dim = _wrap_dim(dim, x.ndim)
+    last = x.ndim - 1
+    if dim == last:
+        return sg_op("softmax", [x])
+    return transpose(sg_op("softmax", [contiguous(transpose(x, dim, last))]), dim, last)
+
+
+@register(aten.native_layer_norm.default)
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    n = len(normalized_shape)
+    inner = 1
+    for s in normalized_shape:
+        inner *= s
+    if weight is None:
+        weight = full([inner], 1.0, x.dtype)
+    if bias is None:
+        bias = full([inner], 0.0, x.dtype)
+    if n == 1:
+        return (sg_op("layer_norm", [x, weight, bias], float(eps)), None, None)
+    shape = list(x.shape)
+    flat = view(x, shape[: len(shape) - n] + [inner])
+    y = sg_op("layer_norm", [flat, view(weight, [inner]), view(bias, [inner])], float(eps))
+    return (view(y, shape), None, None)
+
+
+@register(aten.mean.dim)
+def _mean_dim(x, dims, keepdim=False, dtype=None):
+    if dtype is not None and dtype != torch.float32:
+        raise Unsupported(f"mean with dtype {dtype}")
+    if dims is None or len(dims) == 0:
+        dims = list(range(x.ndim))
+    return sg_op("mean", [x], [_wrap_dim(d, x.ndim) for d in dims], bool(keepdim))
+
+
+@register(aten.mean.default)
+def _mean(x, dtype=None):
+    return _mean_dim(x, list(range(x.ndim)), False, dtype)
+
+

@@ -1,0 +1,192 @@
+"""A region: one supported part of an ATen graph, compiled by sinkgraph.
+
+The partitioner (partition.py) cuts AOTAutograd's graph into regions whose
+every node has a converter; each region becomes one ``Region``: the C++
+``CompiledGraph`` (trace once per guard set, passes, capture per graph key,
+replay) driven by ``RegionRunner``, which the C++ tracer calls back to walk
+the region's FX nodes and run their converters on traced tensors.
+"""
+
+import operator
+import re
+
+import torch
+import torch.utils.dlpack
+
+from . import _C
+from . import converters as cv
+from ._log import info
+
+# Input kinds, as the C++ IR names them (docs/ir.md).
+PARAM, INPUT = "param", "input"
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+           torch.int32: "i32", torch.int64: "i64", torch.bool: "bool"}
+
+
+def supported_dtype(dtype):
+    return dtype in _DTYPES
+
+
+def to_sg(t):
+    """A torch tensor's memory as a sinkgraph tensor, without a copy."""
+    if not t.is_contiguous() and any(s < 0 for s in t.stride()):
+        t = t.contiguous()
+    return _C.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+
+
+def to_torch(t):
+    return torch.utils.dlpack.from_dlpack(_C.to_dlpack(t))
+
+
+def _inplace_writes(graph):
+    """Note [Writes into graph inputs]
+
+    AOTAutograd (keep_inference_input_mutations) ends an inference graph that
+    mutates an input with ``copy_(input, new_value)``. When ``new_value`` is an
+    ``index_copy`` of that same input (a KV cache written at a position) and
+    nothing reads the input after the index_copy, the write can go straight
+    into the input's memory: the converter writes in place and the copy_
+    disappears, so a decode step is one replay with no copy of the cache.
+    Returns {index_copy node: placeholder} for the pairs where that holds.
+    """
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    out = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if (dst.op != "placeholder" or not isinstance(src, torch.fx.Node) or
+                src.target is not torch.ops.aten.index_copy.default or src.args[0] is not dst or
+                len(src.users) != 1):
+            continue
+        later = [u for u in dst.users if u is not node and u is not src and order[u] > order[src]]
+        if not later:
+            out[src] = dst
+    return out
+
+
+class RegionRunner:
+    """The function the C++ tracer calls: the region's converters on traced tensors."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        self.graph = gm.graph
+        self.inplace = _inplace_writes(self.graph)
+        self.output_layout = None
+
+    def __call__(self, inputs):
+        env = {}
+        placeholders = iter(inputs)
+        written = set()  # index_copy nodes already written into their input
+
+        def load(a):
+            return torch.fx.node.map_arg(a, lambda n: env[n])
+
+        outputs = None
+        for node in self.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "get_attr":
+                t = getattr(self.gm, node.target)
+                env[node] = to_sg(t) if isinstance(t, torch.Tensor) else t
+            elif node.op == "call_function":
+                env[node] = self._call(node, load(node.args), load(node.kwargs), written)
+            elif node.op == "output":
+                outputs = load(node.args[0])
+        single = not isinstance(outputs, (list, tuple))
+        if single:
+            outputs = [outputs]
+        layout, tensors = [], []
+        for o in outputs:
+            if isinstance(o, _C.Tensor):
+                layout.append(len(tensors))
+                tensors.append(o)
+            else:
+                layout.append(("const", o))
+        self.output_layout = (single, layout)
+        return tensors
+
+    def _call(self, node, args, kwargs, written):
+        target = node.target
+        if target is operator.getitem:
+            seq, index = args
+            return seq[index]
+        if node in self.inplace:
+            written.add(node)
+            return cv.indexing.index_copy_into(*args, **kwargs)
+        if target is torch.ops.aten.copy_.default and node.args[1] in written:
+            return args[0]  # already written in place
+        converter = cv.lookup(target)
+        if converter is None:  # the partitioner only hands us supported nodes
+            raise _C.Error(f"{node.format_node()}: no converter (internal: a region holds it)")
+        try:
+            return converter(*args, **kwargs)
+        except cv.Unsupported as e:
+            raise _C.Error(f"{node.format_node()}: sinkgraph's converter for {target} cannot "
+                           f"run this call: {e}") from None
+
+
+class Region:
+    """One compiled region: called with torch values, returns torch values."""
+
+    def __init__(self, gm, kinds, config, name):
+        self.name = name
+        # The outer FX module calls the region as a function: FX's code
+        # generation names a call target by __name__.
+        self.__name__ = "sinkgraph_region_" + re.sub(r"\W", "_", name)
+        self.runner = RegionRunner(gm)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        mutated = {n.args[0] for n in gm.graph.nodes
+                   if n.op == "call_function" and n.target is torch.ops.aten.copy_.default}
+        arg_names, param_args = [], []
+        self.params = []
+        for i, ph in enumerate(placeholders):
+            kind = kinds[i]
+            arg_names.append(("p_" if kind == PARAM else "in_") + ph.name)
+            if kind == PARAM and ph not in mutated:
+                param_args.append(i)
+                self.params.append(i)
+        self.frozen = bool(config.frozen_parameter)
+        self.graph = _C.CompiledGraph(self.runner, config.cxx_options(), name, arg_names,
+                                      param_args)
+        self._cached = {}  # param index -> (torch tensor, data_ptr, version, sinkgraph tensor)
+        info(f"region @{name}: compiled for mode {config.mode}: "
+             f"{sum(1 for n in gm.graph.nodes if n.op == 'call_function')} ATen nodes, "
+             f"{len(placeholders)} inputs ({len(param_args)} params)")
+
+    def _param(self, i, t):
+        c = self._cached.get(i)
+        ptr = t.data_ptr()
+        if c is not None and c[0] is t and c[1] == ptr:
+            if self.frozen and t._version != c[2]:
+                raise _C.Error(f"region @{self.name}: parameter {i} was written in place after "
+                               "it was frozen (frozen_parameter=True promises parameters never "
+                               "change); set frozen_parameter=False to update weights")
+            return c[3]
+        s = to_sg(t)
+        self._cached[i] = (t, ptr, t._version, s)
+        return s
+
+    def __call__(self, *args):
+        params = self._cached if self.params else None
+        values = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                values.append(self._param(i, a) if params is not None and i in self.params
+                              else to_sg(a))
+            elif isinstance(a, (int, torch.SymInt)):
+                values.append(int(a))
+            else:
+                raise _C.Error(f"region @{self.name}: argument {i} is a {type(a).__name__}; "
+                               "expected a tensor or an integer")
+        outs = self.graph(values)
+        single, layout = self.runner.output_layout
+        result = [to_torch(outs[s]) if isinstance(s, int) else s[1] for s in layout]
+        return result[0] if single else tuple(result)
+
+    def counters(self):
+        return self.graph.counters()
+
+    def explain(self):
+        return self.graph.explain().rstrip()

@@ -1,0 +1,80 @@
+"""Capability-based partitioning: what sinkgraph converts, and what stays with torch.
+
+Every call in AOTAutograd's graph is asked ``why_unsupported``: a node with a
+converter, CPU tensors of dtypes sinkgraph has, and a converter that accepts
+this particular call is supported. torch's CapabilityBasedPartitioner groups
+supported nodes into the largest regions that keep the graph acyclic; each
+becomes a sinkgraph Region (graph.py), and the rest runs as torch code between
+them: the fallback nodes, counted and named in explain().
+"""
+
+import operator
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import converters as cv
+from .graph import supported_dtype
+
+
+def _tensor_metas(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def why_unsupported(node):
+    """None when sinkgraph converts `node`; else the reason, in words."""
+    if node.op != "call_function":
+        return f"a {node.op} node"
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return None if why_unsupported(src) is None else "an item of an unsupported node"
+    converter = cv.lookup(node.target)
+    if converter is None:
+        return "no converter"
+    metas = _tensor_metas(node.meta.get("val"))
+    for a in node.all_input_nodes:
+        metas += _tensor_metas(a.meta.get("val"))
+    for t in metas:
+        if t.device.type != "cpu":
+            return f"a tensor on {t.device} (sinkgraph runs on the CPU)"
+        if not supported_dtype(t.dtype):
+            return f"dtype {t.dtype}"
+    check = cv.capability(node.target)
+    if check is not None:
+        return check(node)
+    return None
+
+
+class _Support(OperatorSupport):
+    def __init__(self):
+        super().__init__()
+        self.reasons = {}
+
+    def is_node_supported(self, submodules, node):
+        reason = why_unsupported(node)
+        if reason is not None:
+            self.reasons[node] = reason
+        return reason is None
+
+
+def partition(gm):
+    """Fuses supported regions into submodules of `gm` (named fused_N).
+
+    Returns (gm, fallback): fallback lists (node text, reason) for every call
+    left to torch.
+    """
+    support = _Support()
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    parts = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(parts)
+    fallback = []
+    for node in fused.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            fallback.append((node.format_node(), support.reasons.get(node, "not in a region"),
+                             str(node.target)))
+    return fused, fallback
