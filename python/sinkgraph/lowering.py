@@ -2,6 +2,7 @@
 
 import torch
 from torch._decomp import core_aten_decompositions
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import converters as cv
 
@@ -56,7 +57,8 @@ def fold_constants(gm):
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
         if any(isinstance(a, torch.SymInt) for a in torch.utils._pytree.tree_leaves((args, kwargs))):
             continue
-        values[node] = node.target(*args, **kwargs)
+        with unset_fake_temporarily():  # AOTAutograd calls compilers under its fake mode
+            values[node] = node.target(*args, **kwargs)
     folded = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node not in values:

@@ -26,6 +26,14 @@ def _tensor_metas(value):
     return []
 
 
+# sinkgraph's arithmetic kernels are floating-point only; these operators only
+# move or copy elements, so any dtype the runtime has is fine for them.
+_ANY_DTYPE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute",
+              "transpose", "t", "unsqueeze", "squeeze", "select", "slice", "split",
+              "split_with_sizes", "cat", "stack", "clone", "detach", "alias", "lift_fresh_copy",
+              "copy_", "index_copy", "embedding", "argmax", "full", "arange", "empty", "zeros"}
+
+
 def why_unsupported(node):
     """None when sinkgraph converts `node`; else the reason, in words."""
     if node.op != "call_function":
@@ -44,6 +52,9 @@ def why_unsupported(node):
             return f"a tensor on {t.device} (sinkgraph runs on the CPU)"
         if not supported_dtype(t.dtype):
             return f"dtype {t.dtype}"
+    packet = getattr(node.target, "_opname", str(node.target))
+    if packet not in _ANY_DTYPE and any(not (t.is_floating_point()) for t in metas):
+        return "integer or bool arithmetic (sinkgraph computes in floating point)"
     check = cv.capability(node.target)
     if check is not None:
         return check(node)
@@ -58,7 +69,7 @@ class _Support(OperatorSupport):
     def is_node_supported(self, submodules, node):
         reason = why_unsupported(node)
         if reason is not None:
-            self.reasons[node] = reason
+            self.reasons[node.name] = reason
         return reason is None
 
 
@@ -75,6 +86,6 @@ def partition(gm):
     fallback = []
     for node in fused.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem:
-            fallback.append((node.format_node(), support.reasons.get(node, "not in a region"),
+            fallback.append((node.format_node(), support.reasons.get(node.name, "not in a region"),
                              str(node.target)))
     return fused, fallback

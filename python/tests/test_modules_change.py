@@ -1,0 +1,75 @@
+"""Modules changed between calls: the next call reflects the change, never a stale value."""
+import pytest
+import torch
+
+import sinkgraph
+from conftest import make_backend
+
+
+def _net():
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                               torch.nn.Linear(8, 4)).eval()
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_weights_written_in_place_are_seen_without_recapture(mode):
+    model = _net()
+    backend = make_backend(mode)
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        opt(x)
+        model[0].weight.mul_(0.5)
+        model[3].bias.add_(1.0)
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    assert sinkgraph.counters(backend)["captured"] == 1
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_reassigned_weight_recaptures_and_is_counted(mode):
+    model = _net()
+    backend = make_backend(mode)
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        opt(x)
+        model[0].weight = torch.nn.Parameter(torch.randn(8, 8))
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    c = sinkgraph.counters(backend)
+    assert c["recapture_due_to_parameter_change"] >= 1, c
+
+
+def test_frozen_parameter_refuses_a_weight_written_in_place():
+    model = _net()
+    opt = torch.compile(model, backend=make_backend("reduce-overhead", frozen_parameter=True))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        opt(x)
+        model[0].weight.mul_(0.5)
+        with pytest.raises(sinkgraph.Error, match="frozen"):
+            opt(x)
+
+
+def test_train_and_eval_switch():
+    model = _net()
+    opt = torch.compile(model, backend=make_backend("reduce-overhead"))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        model.train()
+        ref_model = _net()
+        ref_model.load_state_dict(model.state_dict())
+        ref_model.train()
+        torch.testing.assert_close(opt(x), ref_model(x), rtol=1e-3, atol=1e-4)
+        model.eval()
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+
+
+def test_outputs_are_not_overwritten_by_later_calls():
+    model = _net()
+    opt = torch.compile(model, backend=make_backend("reduce-overhead"))
+    with torch.no_grad():
+        xs = [torch.randn(3, 8) for _ in range(4)]
+        ys = [opt(x) for x in xs]
+        for x, y in zip(xs, ys):
+            torch.testing.assert_close(y, model(x), rtol=1e-3, atol=1e-4)
