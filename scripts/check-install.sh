@@ -38,7 +38,7 @@ echo "pkg-config build: $(pkg-config --modversion sinkgraph), runs"
 # The Python package, where docs/install.md says it is.
 site=$(find "$prefix" -path '*/site-packages/sinkgraph/__init__.py' -printf '%h\n' | head -n 1)
 if [[ -n $site ]]; then
-  (cd "$work" && PYTHONPATH=$(dirname "$site") /usr/bin/python3 -c \
+  (cd "$work" && PYTHONPATH=$(dirname "$site") "$OLDPWD/.venv/bin/python" -c \
     "import sinkgraph; assert sinkgraph.__file__.startswith('$prefix'), sinkgraph.__file__; print('python package:', sinkgraph.__file__)")
 fi
 echo "install check passed"

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# README command 1: install the system packages, build the release preset and
-# run the main job: the shipped stories260K model (a real trained Llama,
+# README command 1: install the system packages and the Python environment
+# (.venv), build (release) and install the package into the venv, and run the
+# main job: the shipped stories260K model (a real trained Llama,
 # models/stories260K/) decodes 200 tokens from BOS in eager, reduce-overhead
 # and max-autotune mode. Every run's ids are checked against the shipped
 # reference; the speeds are medians of interleaved rounds measured here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake --preset release
-cmake --build --preset release
+bash scripts/setup-venv.sh
+bash scripts/build.sh
 bin=./build/release/tools/sinkgraph
 read -r -a ref_ids <models/stories260K/bos_greedy_200.txt
 reference="ids: ${ref_ids[*]}"

@@ -168,6 +168,9 @@ class SG_API CompiledFunction {
   void reset();
   [[nodiscard]] std::size_t num_graphs() const;
   [[nodiscard]] std::int64_t num_traces() const;
+  // Calls that matched no guard set once recompile_limit was reached, and so
+  // ran eagerly (the explain report's "eager calls past the recompile limit").
+  [[nodiscard]] std::int64_t eager_calls() const;
   // The graph compiled for the i-th guard set.
   [[nodiscard]] const ir::Graph& graph(std::size_t i) const;
 

@@ -9,6 +9,7 @@ ATen graph is lowered (constants folded), partitioned by capability, and its
 supported regions compiled by sinkgraph in the config's mode (graph.py).
 """
 
+import copy
 import itertools
 import operator
 import threading
@@ -170,10 +171,23 @@ class Backend:
 
             return compile_graph
 
-        return aot_module_simplified(
+        # AOTAutograd wants tuple outputs (Dynamo's graphs have them); a
+        # GraphModule returning one value (symbolic_trace's) is wrapped and
+        # its result unwrapped.
+        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        single = not isinstance(output.args[0], (tuple, list))
+        if single:
+            gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+            output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+            output.args = ((output.args[0],),)
+            gm.recompile()
+        compiled = aot_module_simplified(
             gm, example_inputs, fw_compiler=compiler("forward"),
             bw_compiler=compiler("backward"), inference_compiler=compiler("inference"),
             decompositions=self._decompositions, keep_inference_input_mutations=True)
+        if not single:
+            return compiled
+        return lambda *args: compiled(*args)[0]
 
     def counters(self):
         total = {"graphs_compiled": 0, "fallback_nodes": 0}
@@ -212,7 +226,7 @@ def get_backend(compiler_config=None, custom_decompositions=None):
 _NAMED = {}  # (mode, options) -> Backend, for backend="sinkgraph"
 
 # torch.compile's modes and sinkgraph's.
-_MODES = {None: "reduce-overhead", "default": "reduce-overhead",
+_MODES = {None: None, "default": None,
           "reduce-overhead": "reduce-overhead", "max-autotune": "max-autotune",
           "max-autotune-no-cudagraphs": "max-autotune", "eager": "eager"}
 
@@ -223,8 +237,9 @@ def sinkgraph_backend(gm, example_inputs, mode=None, options=None):
     Registered under the ``torch_dynamo_backends`` entry point group, so a
     process that never imported sinkgraph finds it. torch.compile hands a named
     backend its ``mode`` and ``options``: the mode picks sinkgraph's mode
-    ("reduce-overhead" when none is given), and every option sets the
-    CompilerConfig attribute of that name (an unknown name is an error).
+    (CompilerConfig's default, "max-autotune" as TorchAir's, when none is
+    given), and every option sets the CompilerConfig attribute of that name
+    (an unknown name is an error naming it).
     """
     if mode not in _MODES:
         raise _C.Error(f"torch.compile(backend=\"sinkgraph\"): unknown mode {mode!r}; "
@@ -235,7 +250,8 @@ def sinkgraph_backend(gm, example_inputs, mode=None, options=None):
         backend = _NAMED.get(key)
     if backend is None:
         config = CompilerConfig()
-        config.mode = _MODES[mode]
+        if _MODES[mode] is not None:  # none given: CompilerConfig's default (TorchAir's)
+            config.mode = _MODES[mode]
         for name, value in options.items():
             try:
                 setattr(config, name, value)

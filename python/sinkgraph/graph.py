@@ -148,8 +148,17 @@ class Region:
                 param_args.append(i)
                 self.params.append(i)
         self.frozen = bool(config.frozen_parameter)
-        self.graph = _C.CompiledGraph(self.runner, config.cxx_options(), name, arg_names,
-                                      param_args)
+        # Note [Shape keys in the PyTorch front end]
+        # Converters read concrete shapes, so each input shape (and each value
+        # of a SymInt input) is its own traced graph, i.e. its own graph key:
+        # one Dynamo graph with dynamic shapes serves every size, and each size
+        # is traced and captured once. capture_limit bounds those keys as
+        # TorchAir's does: past it, calls of a new shape run eagerly (through
+        # the same converters, uncaptured) and count in
+        # eager_fallback_due_to_capture_limit.
+        options = [(k, v) for k, v in config.cxx_options() if k != "recompile_limit"]
+        options.append(("recompile_limit", str(config.capture_limit)))
+        self.graph = _C.CompiledGraph(self.runner, options, name, arg_names, param_args)
         self._cached = {}  # param index -> (torch tensor, data_ptr, version, sinkgraph tensor)
         info(f"region @{name}: compiled for mode {config.mode}: "
              f"{sum(1 for n in gm.graph.nodes if n.op == 'call_function')} ATen nodes, "
@@ -186,7 +195,9 @@ class Region:
         return result[0] if single else tuple(result)
 
     def counters(self):
-        return self.graph.counters()
+        c = self.graph.counters()
+        c["eager_fallback_due_to_capture_limit"] += self.graph.eager_calls()
+        return c
 
     def explain(self):
         return self.graph.explain().rstrip()

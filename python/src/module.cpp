@@ -183,6 +183,7 @@ class CompiledGraph {
   [[nodiscard]] std::string explain() const { return fn_->explain(false); }
   [[nodiscard]] py::dict counters() const { return counters_dict(fn_->counters()); }
   [[nodiscard]] std::size_t num_graphs() const { return fn_->num_graphs(); }
+  [[nodiscard]] std::int64_t eager_calls() const { return fn_->eager_calls(); }
   // The compiled IR of guard set i (after the passes), as text.
   [[nodiscard]] std::string graph_text(std::size_t i) const {
     SG_CHECK(i < fn_->num_graphs(), "graph_text: ", i, " of ", fn_->num_graphs(), " graphs");
@@ -266,6 +267,7 @@ PYBIND11_MODULE(_C, m) {
       .def("explain", &CompiledGraph::explain)
       .def("counters", &CompiledGraph::counters)
       .def("num_graphs", &CompiledGraph::num_graphs)
+      .def("eager_calls", &CompiledGraph::eager_calls)
       .def("graph_text", &CompiledGraph::graph_text)
       .def("reset", &CompiledGraph::reset);
 

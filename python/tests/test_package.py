@@ -1,6 +1,8 @@
-"""The package's version and log level (issue 14)."""
+"""The package: its version, the extension's link line, the log level."""
+import importlib.metadata
 import pathlib
 import re
+import subprocess
 
 import pytest
 import torch
@@ -10,18 +12,28 @@ import sinkgraph
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_version_is_the_headers():
+def test_version_is_the_headers_and_the_metadata():
     text = (ROOT / "include" / "sinkgraph" / "version.h").read_text()
     parts = [re.search(rf"#define SINKGRAPH_VERSION_{p} (\d+)", text).group(1)
              for p in ("MAJOR", "MINOR", "PATCH")]
     assert sinkgraph.__version__ == ".".join(parts)
+    # The venv's installed copy (README command 1 / scripts/build.sh).
+    assert importlib.metadata.version("sinkgraph") == sinkgraph.__version__
 
 
-def test_log_level_info_reports_captures(capfd):
+def test_the_extension_does_not_link_libtorch():
+    out = subprocess.run(["readelf", "-d", sinkgraph._C.__file__], capture_output=True,
+                         text=True, check=True).stdout
+    needed = re.findall(r"\(NEEDED\).*\[(.*)\]", out)
+    assert any(n.startswith("libsinkgraph") for n in needed), needed
+    assert not [n for n in needed if "torch" in n or "c10" in n], needed
+
+
+def test_log_level_info_reports_compiles_and_captures(capfd):
     config = sinkgraph.CompilerConfig()
     config.mode = "reduce-overhead"
     model = torch.nn.Linear(8, 8).eval()
-    opt = sinkgraph.compile(model, backend=sinkgraph.get_backend(compiler_config=config))
+    opt = torch.compile(model, backend=sinkgraph.get_backend(compiler_config=config))
     saved = sinkgraph._C.log_level()
     sinkgraph.set_log_level("info")
     try:
@@ -31,6 +43,7 @@ def test_log_level_info_reports_captures(capfd):
     finally:
         sinkgraph.set_log_level(saved)
     err = capfd.readouterr().err
+    assert re.search(r"sinkgraph: info: graph @g\d+ \(inference\): \d+ ATen nodes", err), err
     assert re.search(r"sinkgraph: info: graph @\S+: call 1: capture: first call", err), err
     assert "call 2" not in err, "a replay is not an event"
 

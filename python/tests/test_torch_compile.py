@@ -1,4 +1,7 @@
-"""On torch >= 2.0 the same backend works through torch.compile (the device machine runs this)."""
+"""The seed's line on real Dynamo: get_backend, backend="sinkgraph" by name, mode and options."""
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -6,17 +9,123 @@ import torch
 import sinkgraph
 from conftest import MODES, make_backend
 
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
+def _mlp():
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+                               torch.nn.Linear(32, 8)).eval()
 
 
-@pytest.mark.skipif(not TORCH2, reason="torch.compile needs torch >= 2.0 (Debian has 1.13)")
 @pytest.mark.parametrize("mode", MODES)
-def test_torch_compile_with_sinkgraph_backend(mode):
-    model = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
+def test_get_backend_in_every_mode(mode):
+    model = _mlp()
     backend = make_backend(mode)
-    opt = torch.compile(model, backend=backend, dynamic=False)
-    x = torch.randn(2, 10, 64)
+    opt = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for b in (1, 2, 1, 2):
+            x = torch.randn(b, 16)
+            torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    c = sinkgraph.counters(backend)
+    assert c["graphs_compiled"] >= 1 and c["fallback_nodes"] == 0
+    if mode == "eager":
+        assert c["captured"] == 0 and c["replayed"] == 0
+    else:  # one capture per shape, every later call a replay
+        assert c["captured"] == 2 and c["replayed"] == 4, c
+
+
+BY_NAME = r"""
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+x = torch.randn(2, 16)
+kwargs = eval(sys.argv[1])
+opt = torch.compile(model, backend="sinkgraph", **kwargs)
+with torch.no_grad():
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+assert "sinkgraph" in sys.modules  # loaded by the entry point, not by this script
+import sinkgraph
+(b,) = [b for b in sinkgraph.backend.all_backends()]
+print(b.compiler_config.mode, b.compiler_config.capture_limit, sinkgraph.counters())
+"""
+
+
+def _by_name(kwargs):
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-c", BY_NAME, repr(kwargs)], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("kwargs,mode,captured", [
+    ({}, "max-autotune", 1),  # CompilerConfig's default, TorchAir's
+    ({"mode": "reduce-overhead"}, "reduce-overhead", 1),
+    ({"mode": "max-autotune"}, "max-autotune", 1),
+    ({"options": {"mode": "eager", "capture_limit": 3}}, "eager", 0),
+])
+def test_backend_by_name_in_a_process_that_never_imported_sinkgraph(kwargs, mode, captured):
+    r = _by_name(kwargs)
+    assert r.returncode == 0, r.stderr[-3000:]
+    words = r.stdout.split(maxsplit=2)
+    assert words[0] == mode
+    c = eval(words[2])
+    assert c["captured"] == captured and c["fallback_nodes"] == 0, c
+    if "options" in kwargs:
+        assert words[1] == "3"
+
+
+def test_an_unknown_option_is_an_error_naming_it():
+    r = _by_name({"options": {"capture_limt": 2}})
+    assert r.returncode != 0
+    assert "capture_limt" in r.stderr and "capture_limit" in r.stderr, r.stderr[-2000:]
+
+
+def test_an_unknown_mode_is_an_error_naming_the_choices():
+    r = _by_name({"mode": "fastest"})
+    assert r.returncode != 0
+    assert "fastest" in r.stderr and "reduce-overhead" in r.stderr, r.stderr[-2000:]
+
+
+def test_counters_explain_and_reset():
+    sinkgraph.reset_counters()
+    backend = make_backend("reduce-overhead")
+    model = _mlp()
+    opt = torch.compile(model, backend=backend)
     with torch.no_grad():
         for _ in range(3):
-            torch.testing.assert_close(opt(x), model(x))
-    assert sinkgraph.counters(backend)["fallback_nodes"] == 0
+            opt(torch.randn(1, 16))
+    mine = sinkgraph.counters(backend)
+    assert mine["captured"] == 1 and mine["replayed"] == 3 and mine["graphs_compiled"] == 1
+    everything = sinkgraph.counters()
+    assert everything["replayed"] >= 3 and set(mine) == set(everything)
+    text = sinkgraph.explain(backend)
+    assert "capture: first call" in text and "0 fallback nodes" in text, text
+    sinkgraph.reset_counters()
+    assert sinkgraph.counters(backend)["replayed"] == 0
+    with torch.no_grad():
+        torch.testing.assert_close(opt(torch.ones(1, 16)), model(torch.ones(1, 16)))
+
+
+def test_graph_breaks_are_compiled_on_both_sides_and_reported():
+    torch._dynamo.reset()
+    sinkgraph.reset_counters()
+
+    class Breaks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.a(x).relu()
+            if y.sum().item() > 0:  # data-dependent: Dynamo breaks the graph here
+                y = y * 2
+            return self.b(y)
+
+    model = Breaks().eval()
+    backend = make_backend("reduce-overhead")
+    opt = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 8)
+            torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    assert sinkgraph.counters(backend)["graphs_compiled"] >= 2
+    assert "graph break" in sinkgraph.explain(backend)

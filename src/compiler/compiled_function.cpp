@@ -148,6 +148,11 @@ std::int64_t CompiledFunction::num_traces() const {
   return traces_;
 }
 
+std::int64_t CompiledFunction::eager_calls() const {
+  std::lock_guard lock(mutex_);
+  return eager_calls_;
+}
+
 const ir::Graph& CompiledFunction::graph(std::size_t i) const {
   std::lock_guard lock(mutex_);
   SG_CHECK(i < entries_.size(), "graph(", i, "): only ", entries_.size(), " graphs");
