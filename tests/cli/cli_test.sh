@@ -466,12 +466,12 @@ if [[ -f $shared/stories260K.bin ]]; then
     check "stories-hf-$mode" 0 -- "$bin" generate --model "$tmp/hfs" --steps 200 --print-ids --mode "$mode"
     expect "stories-hf-$mode-greedy" test "$(cut -d' ' -f2- "$tmp/out")" = "$(tr -s ' \n' ' ' <"$shared/bos_greedy_200.txt" | sed 's/ $//')"
   done
-  # HF's own math (rotate_half) on the converted files, where torch is installed.
-  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    check stories-hf-torch-reference 0 -- /usr/bin/python3 "$src/tests/models/hf_reference.py" "$tmp/hfs" \
-      "$shared/bos_greedy_200.txt" "$shared/bos_logits_64x512.f32"
+  # HF's own math (rotate_half) on the converted files, with the project venv's torch.
+  if "$src/.venv/bin/python" -c "import torch" 2>/dev/null; then
+    check stories-hf-torch-reference 0 -- "$src/.venv/bin/python" "$src/tests/models/hf_reference.py" \
+      "$tmp/hfs" "$shared/bos_greedy_200.txt" "$shared/bos_logits_64x512.f32"
   else
-    echo "skipped: the HF torch reference (no torch for /usr/bin/python3)"
+    echo "skipped: the HF torch reference (no .venv with torch)"
   fi
 else
   echo "skipped: $shared is absent (the shared reference model)"
