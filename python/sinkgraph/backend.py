@@ -28,6 +28,7 @@ from .partition import partition
 _BACKENDS = weakref.WeakSet()  # every Backend of the process, for counters(None)
 _LOCK = threading.Lock()
 _GRAPH_IDS = itertools.count()
+_BACKEND_IDS = itertools.count()
 
 
 def _dynamo_kinds(gm, example_inputs):
@@ -56,12 +57,25 @@ def _check_inputs(example_inputs, where):
                                "CPU (move the model and inputs with .cpu())")
 
 
+def _compile_reason():
+    """Why Dynamo hands us a graph, from its compile id (frame, compile of that frame)."""
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None or cid.frame_id is None:
+        return "called directly (not through Dynamo)"
+    if not cid.frame_compile_id:
+        return f"first compile of Dynamo frame {cid.frame_id}"
+    return (f"Dynamo recompiled frame {cid.frame_id} (compile {cid.frame_compile_id}): a guard of "
+            "its earlier graphs failed (a new shape, dtype, grad mode or module state), or a "
+            "graph break resumed in it")
+
+
 class CompiledAtenGraph:
     """One ATen graph AOTAutograd handed over: its regions and its fallback nodes."""
 
-    def __init__(self, gm, kinds, config, name, kind):
+    def __init__(self, gm, kinds, config, name, kind, why=""):
         self.name = name
         self.kind = kind  # "inference", "forward" or "backward"
+        self.why = why  # Dynamo's reason for handing this graph over
         self.folded = fold_constants(gm)
         calls = [n for n in gm.graph.nodes if n.op == "call_function"]
         gm, self.fallback = partition(gm)
@@ -86,8 +100,9 @@ class CompiledAtenGraph:
             raise _C.Error(f"graph @{name}: no node has a sinkgraph converter ({', '.join(ops)}); "
                            "sinkgraph would run nothing of it. Compile it with another backend, "
                            "or add converters (docs/python.md, \"Adding a converter\")")
-        info(f"graph @{name} ({kind}): {len(calls)} ATen nodes, {self.folded} folded, "
-             f"{len(self.regions)} sinkgraph regions, {len(self.fallback)} fallback nodes")
+        info(f"graph @{name} ({kind}) compiled: {why}; {len(calls)} ATen nodes, "
+             f"{self.folded} folded, {len(self.regions)} sinkgraph regions, "
+             f"{len(self.fallback)} fallback nodes")
         # One region that is the whole graph: call it directly, without the FX module.
         self.fn = self.regions[0] if self._whole_graph_region(gm) else gm
 
@@ -123,7 +138,8 @@ class CompiledAtenGraph:
         return total
 
     def explain(self):
-        lines = [f"== graph @{self.name} ({self.kind}): {len(self.regions)} sinkgraph regions, "
+        lines = [f"== graph @{self.name} ({self.kind}), compiled because: {self.why}",
+                 f"  {len(self.regions)} sinkgraph regions, "
                  f"{self.folded} constant nodes folded at compile time, "
                  f"{len(self.fallback)} fallback nodes (run by torch)"]
         for text, reason, _ in self.fallback:
@@ -141,6 +157,7 @@ class Backend:
         self.custom_decompositions = dict(custom_decompositions or {})
         self.compiled = []  # every CompiledAtenGraph this backend made
         self._decompositions = None
+        self._order = next(_BACKEND_IDS)
         with _LOCK:
             _BACKENDS.add(self)
 
@@ -151,6 +168,7 @@ class Backend:
                             "apply to backend=\"sinkgraph\")")
         graph_id = next(_GRAPH_IDS)
         _check_inputs(example_inputs, f"graph {graph_id}")
+        why = _compile_reason()
         kinds = _dynamo_kinds(gm, example_inputs)
         config = self.compiler_config
         if self._decompositions is None:
@@ -164,7 +182,7 @@ class Backend:
                                    "\"reduce-overhead\" or call the model under torch.no_grad()")
                 name = f"g{graph_id}" + ("" if kind == "inference" else f".{kind[:3]}")
                 k = kinds if kind != "backward" else []
-                compiled = CompiledAtenGraph(aten_gm, k, config, name, kind)
+                compiled = CompiledAtenGraph(aten_gm, k, config, name, kind, why)
                 with _LOCK:
                     self.compiled.append(compiled)
                 return _boxed(compiled)
@@ -264,5 +282,6 @@ def sinkgraph_backend(gm, example_inputs, mode=None, options=None):
 
 
 def all_backends():
+    """Every live Backend, oldest first."""
     with _LOCK:
-        return list(_BACKENDS)
+        return sorted(_BACKENDS, key=lambda b: b._order)

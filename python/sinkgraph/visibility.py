@@ -56,11 +56,13 @@ def _dynamo_snapshot():
             "recompiles": dict(dc.get("recompiles", {}))}
 
 
-def dynamo_report():
+def dynamo_report(compiled=()):
     """Dynamo's graph breaks and recompiles since the last reset_counters()."""
     now = _dynamo_snapshot()
     base = _DYNAMO_BASE or {"graph_breaks": {}, "unique_graphs": 0, "recompiles": {}}
-    lines = [f"dynamo: {now['unique_graphs'] - base.get('unique_graphs', 0)} graphs"]
+    recompiles = sum(1 for c in compiled if c.why.startswith("Dynamo recompiled"))
+    lines = [f"dynamo: {now['unique_graphs'] - base.get('unique_graphs', 0)} graphs, "
+             f"{recompiles} of the graphs listed above from recompiles"]
     for reason, n in now["graph_breaks"].items():
         n -= base["graph_breaks"].get(reason, 0)
         if n > 0:
@@ -76,9 +78,10 @@ def explain(backend=None):
     """Every compiled graph: its regions, what fell back to torch and why, and
     for each region when and why it was traced, captured, re-captured or run
     eagerly; then Dynamo's graph breaks and recompiles."""
-    parts = []
+    parts, compiled = [], []
     for b in _backends(backend):
         for c in list(b.compiled):
             parts.append(c.explain())
-    parts.append(dynamo_report())
+            compiled.append(c)
+    parts.append(dynamo_report(compiled))
     return "\n".join(parts)

@@ -43,7 +43,8 @@ def test_log_level_info_reports_compiles_and_captures(capfd):
     finally:
         sinkgraph.set_log_level(saved)
     err = capfd.readouterr().err
-    assert re.search(r"sinkgraph: info: graph @g\d+ \(inference\): \d+ ATen nodes", err), err
+    assert re.search(r"sinkgraph: info: graph @g\d+ \(inference\) compiled: first compile of "
+                     r"Dynamo frame \d+; \d+ ATen nodes", err), err
     assert re.search(r"sinkgraph: info: graph @\S+: call 1: capture: first call", err), err
     assert "call 2" not in err, "a replay is not an event"
 
