@@ -1,12 +1,13 @@
 """Attention: PyTorch's fused multi-head attention and encoder-layer kernels."""
 
 import math
+import operator
 
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
-                       _is_tensor, _wrap_dim)
+                       known_equal, optional_overload, register, sg_op, transpose, unsqueeze,
+                       view, _is_tensor, _wrap_dim)
 
 
 # ---- PyTorch's fused transformer fast paths -----------------------------------------------
@@ -114,3 +115,68 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
     return x
 
 
+
+# ---- scaled_dot_product_attention ---------------------------------------------------------
+#
+# F.scaled_dot_product_attention on the CPU is
+# aten._scaled_dot_product_flash_attention_for_cpu in AOTAutograd's graphs
+# (nn.MultiheadAttention's general path, nn.TransformerDecoderLayer,
+# torchvision's VisionTransformer). Its core decomposition is the math path,
+# whose _safe_softmax needs eq/any/where, which sinkgraph has not; with a
+# converter the operator stays whole and becomes one `sdpa`.
+
+
+def _users_of_item(node, index):
+    """The users of item `index` of a multi-output node (its getitem nodes' users)."""
+    users = []
+    for u in node.users:
+        if u.target is operator.getitem and u.args[1] == index:
+            users.extend(u.users)
+        elif u.target is not operator.getitem:
+            users.append(u)
+    return users
+
+
+def _flash_cpu_capability(node):
+    args = dict(zip(("query", "key", "value", "dropout_p", "is_causal"), node.args))
+    args.update(node.kwargs)
+    if args.get("dropout_p", 0.0) != 0.0:
+        return "scaled_dot_product_attention with dropout"
+    if args.get("is_causal", False):
+        return "causal scaled_dot_product_attention (sinkgraph's sdpa has no causal mask)"
+    if args.get("attn_mask") is not None:
+        return "scaled_dot_product_attention with attn_mask (sinkgraph's sdpa takes no mask)"
+    q, k, v = (args[n].meta.get("val") for n in ("query", "key", "value"))
+    if q is None or k is None or v is None:
+        return "scaled_dot_product_attention without shape metadata"
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return f"scaled_dot_product_attention of {q.ndim}-D q (sinkgraph takes [B, H, L, D])"
+    same = all(known_equal(a, c) for a, c in zip(k.shape, v.shape)) and all(
+        known_equal(q.shape[i], k.shape[i]) for i in (0, 1, 3))
+    if not same:
+        return (f"scaled_dot_product_attention of q{tuple(q.shape)}, k{tuple(k.shape)}, "
+                f"v{tuple(v.shape)} (sinkgraph needs one head count and head size, k and v alike)")
+    if _users_of_item(node, 1):
+        return "scaled_dot_product_attention's logsumexp is used (sinkgraph does not compute it)"
+    return None
+
+
+def _merge_heads(t):
+    """[B, H, L, D] -> [B, L, H * D] (a copy unless the heads are already interleaved)."""
+    b, h, n, d = t.shape
+    return view(contiguous(sg_op("permute", [t], [0, 2, 1, 3])), [b, n, h * d])
+
+
+@register(optional_overload("_scaled_dot_product_flash_attention_for_cpu.default"),
+          capability=_flash_cpu_capability)
+def _sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None,
+                    scale=None):
+    if dropout_p != 0.0 or is_causal or attn_mask is not None:
+        raise Unsupported("scaled_dot_product_attention with dropout, is_causal or attn_mask")
+    b, h, n, d = query.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    out = sg_op("sdpa", [_merge_heads(query), _merge_heads(key), _merge_heads(value)], h,
+                float(scale))  # [B, L, H * D]
+    out = sg_op("permute", [view(out, [b, n, h, d])], [0, 2, 1, 3])
+    return (out, None)

@@ -86,6 +86,21 @@ def _wrap_dim(d, ndim):
     return d + ndim if d < 0 else d
 
 
+def node_value(a):
+    """An FX argument as capability checks see it: a node's example value (a fake
+    tensor, an int or a SymInt), anything else as it is."""
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+
+def known_equal(a, b):
+    """a == b for ints or SymInts, True only when it holds for every shape Dynamo
+    allows (no guard is added: capability checks run after Dynamo's tracing)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return statically_known_true(a == b)
+
+
 # ---- helpers built from sinkgraph operators ------------------------------------
 
 
