@@ -5,8 +5,8 @@ import math
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
-                       _is_tensor, _wrap_dim)
+                       known_equal, node_value, optional_overload, register, sg_op, transpose,
+                       unsqueeze, view, _is_tensor, _wrap_dim)
 
 
 # ---- views and copies --------------------------------------------------------------
@@ -137,3 +137,74 @@ def _copy_(dst, src, non_blocking=False):
     return sg_op("copy_", [dst, src])
 
 
+
+
+# ---- as_strided ---------------------------------------------------------------------
+#
+# as_strided reads the input's storage, not its elements in order; sinkgraph's
+# tensors have their own layouts. It converts when it only re-reads a
+# contiguous input (no storage offset) as a permutation of a contiguous layout
+# of the same elements, plus size-1 dims: then it is a view and a permute of
+# the elements in order (convnext_tiny's classifier input, [1, C, 1, 1] with
+# strides [C, 1, C, C], is one).
+
+
+def _strided_order(size, stride, known=lambda a, b: a == b):
+    """The dims of size != 1, outermost first, when (size, stride) is a permuted
+    contiguous layout; else None. Returns (order, numel)."""
+    dims = [i for i in range(len(size)) if not known(size[i], 1)]
+    try:
+        order = sorted(dims, key=lambda i: -int(stride[i]))
+    except (TypeError, ValueError, RuntimeError):  # symbolic strides: only the given order
+        order = dims
+    expected = 1
+    for i in reversed(order):
+        if not known(stride[i], expected):
+            return None
+        expected = expected * size[i]
+    return order, expected
+
+
+def _as_strided_capability(node):
+    x = node_value(node.args[0])
+    size = [node_value(a) for a in node.args[1]]
+    stride = [node_value(a) for a in node.args[2]]
+    offset = node_value(node.args[3]) if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if x is None or any(s is None for s in size + stride):
+        return "as_strided without shape metadata"
+    if offset is not None and not known_equal(offset, x.storage_offset()):
+        return "as_strided at another storage offset than its input's"
+    if any(known_equal(s, 0) for s in size):
+        return "as_strided to an empty tensor"
+    expected = 1
+    for s, st in reversed(list(zip(x.shape, x.stride()))):
+        if not known_equal(s, 1) and not known_equal(st, expected):
+            return "as_strided of a non-contiguous input (it reads storage, not elements)"
+        expected = expected * s
+    found = _strided_order(size, stride, known_equal)
+    if found is None:
+        return f"as_strided to strides {stride} (not a permuted contiguous layout)"
+    if not known_equal(found[1], x.numel()):
+        return "as_strided to fewer or more elements than its input has"
+    return None
+
+
+@register(aten.as_strided.default, capability=_as_strided_capability)
+def _as_strided(x, size, stride, storage_offset=None):
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    found = _strided_order(size, stride)
+    numel = 1
+    for s in x.shape:
+        numel *= s
+    if found is None or found[1] != numel:
+        raise Unsupported(f"as_strided to size {size}, strides {stride} of x{list(x.shape)}")
+    order = found[0]
+    t = view(contiguous(x), [size[i] for i in order])
+    dims = sorted(order)
+    perm = [order.index(i) for i in dims]
+    if perm != list(range(len(perm))):
+        t = sg_op("permute", [t], perm)
+    for i, s in enumerate(size):
+        if s == 1:
+            t = sg_op("unsqueeze", [t], i)
+    return t
