@@ -1,6 +1,7 @@
 """Convolutional networks: convolution, batch norm, pooling."""
 
 import math
+import operator
 
 import torch
 
@@ -42,7 +43,15 @@ def _batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum
     return _native_batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
-@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d_capability(node):
+    for u in node.users:
+        if u.target is not operator.getitem or u.args[1] != 0:
+            if u.users or u.target is not operator.getitem:
+                return "max_pool2d's indices are used (sinkgraph computes only the values)"
+    return None
+
+
+@register(aten.max_pool2d_with_indices.default, capability=_max_pool2d_capability)
 def _max_pool2d_with_indices(x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     kernel = list(kernel) * (2 if len(kernel) == 1 else 1)
     stride = list(stride) if stride else kernel
