@@ -208,3 +208,80 @@ def _as_strided(x, size, stride, storage_offset=None):
         if s == 1:
             t = sg_op("unsqueeze", [t], i)
     return t
+
+
+# ---- functional writes: select_scatter, slice_scatter, copy ------------------------------
+#
+# AOTAutograd rewrites a write into a slice of a buffer (`cache[l, pos] = k`)
+# as a functional copy and a select_scatter. select_scatter's core
+# decomposition is a where over an arange == index mask, which sinkgraph has
+# not; kept whole, it is a cat of the untouched slices around the new one.
+
+
+def _same_dtype_capability(node):
+    a, b = node_value(node.args[0]), node_value(node.args[1])
+    if a is None or b is None:
+        return "no dtype metadata"
+    if a.dtype != b.dtype:
+        return f"{a.dtype} and {b.dtype} (sinkgraph does not convert dtypes)"
+    return None
+
+
+def _replace_along(base, src, dim, start, end):
+    """base with its elements [start, end) along dim replaced by src (a new tensor)."""
+    size = base.shape[dim]
+    parts = []
+    if start > 0:
+        parts.append(sg_op("slice", [base], dim, 0, start, 1))
+    parts.append(src)
+    if end < size:
+        parts.append(sg_op("slice", [base], dim, end, size, 1))
+    if len(parts) == 1:
+        return sg_op("contiguous", [src])
+    return sg_op("cat", parts, dim)
+
+
+@register(aten.select_scatter.default, capability=_same_dtype_capability)
+def _select_scatter(base, src, dim, index):
+    dim = _wrap_dim(dim, base.ndim)
+    size = base.shape[dim]
+    index = int(index)
+    if index < 0:
+        index += size
+    if not 0 <= index < size:
+        raise Unsupported(f"select_scatter at {index} of a dimension of size {size}")
+    return _replace_along(base, unsqueeze(src, dim), dim, index, index + 1)
+
+
+def _slice_scatter_capability(node):
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    if step != 1:
+        return f"slice_scatter with step {step} (sinkgraph writes contiguous slices)"
+    return _same_dtype_capability(node)
+
+
+@register(aten.slice_scatter.default, capability=_slice_scatter_capability)
+def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
+    if step != 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    dim = _wrap_dim(dim, base.ndim)
+    size = base.shape[dim]
+    start = 0 if start is None else int(start)
+    end = size if end is None else int(end)
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    if src.shape[dim] != end - start:
+        raise Unsupported(f"slice_scatter of {src.shape[dim]} elements into [{start}, {end})")
+    return _replace_along(base, src, dim, start, end)
+
+
+@register(aten.copy.default, capability=_same_dtype_capability)
+def _copy(dst, src, non_blocking=False):
+    # Functional copy: src's values broadcast to dst's shape, in a new tensor.
+    if list(src.shape) != list(dst.shape):
+        src = sg_op("expand", [src], list(dst.shape))
+    return sg_op("contiguous", [src])
