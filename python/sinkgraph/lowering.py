@@ -36,18 +36,18 @@ def _foldable(node):
 def fold_constants(gm):
     """Evaluates once, at compile time, every node computed only from constants.
 
-    A causal mask built with ones/tril/bitwise_not/masked_fill, an arange of a
-    fixed length, a weight transposed in the graph: none depends on a graph
-    input, so each is computed here with torch and becomes a constant
-    (get_attr) of the graph, never run per call. Returns how many nodes were
-    folded.
+    A causal mask built with ones/tril/bitwise_not/masked_fill or an arange of
+    a fixed length depends on no graph input and no tensor attribute: each
+    is computed here with torch and becomes a constant (get_attr) of the
+    graph, never run per call. Returns how many constants it made.
     """
     graph = gm.graph
     values = {}
     for node in graph.nodes:
-        if node.op == "get_attr":
-            values[node] = getattr(gm, node.target)
-            continue
+        # Only values made inside the graph are constants: a tensor attribute
+        # (get_attr) may be a buffer some graph writes in place (transformers'
+        # static KV cache is one), and folding an expression of it would
+        # freeze its value at compile time.
         if not _foldable(node):
             continue
         inputs = node.all_input_nodes
@@ -66,11 +66,12 @@ def fold_constants(gm):
         value = values[node]
         if not isinstance(value, torch.Tensor):
             continue
-        if not any(u not in values for u in node.users) and not any(
-                u.op == "output" for u in node.users):
+        if any(u.op == "output" for u in node.users):
+            continue  # an output is a fresh tensor per call, never a shared constant
+        if all(u in values for u in node.users):
             continue  # only feeds other folded nodes
         name = f"_sg_const{folded}"
-        setattr(gm, name, value)  # not a buffer: nothing else should see it
+        gm.register_buffer(name, value, persistent=False)
         with graph.inserting_before(node):
             const = graph.get_attr(name)
         const.meta = dict(node.meta)
