@@ -1,183 +1,341 @@
-"""Benchmark: torch eager vs sinkgraph eager / reduce-overhead / max-autotune on PyTorch models.
+#!/usr/bin/env python3
+"""Benchmark: PyTorch models under torch eager, Inductor and sinkgraph's three modes.
 
-Batch 1, one compute thread for everyone (torch.set_num_threads(1); sinkgraph's
-kernels run on its stream worker). All variants of a model live in one
-process and are timed in alternation: each round times `calls` calls of every
-variant, the order rotating between rounds, and a variant's figure is the
-median over rounds of its per-round median call time. Ratios are torch eager
-time / variant time, per round, so they come with their spread (min..max over
-rounds).
+What it measures. For each model, at batch 1, in eval mode and under
+torch.no_grad(), five variants of the same module in one process:
 
-Usage (from the repository root, after cmake --build --preset release):
-  PYTHONPATH=build/release/python /usr/bin/python3 bench/torch_models.py \
-      [--rounds 7] [--calls 20] [--models tel,mha,...] [--json out.json] [--svg out.svg]
+  torch eager                the module itself
+  inductor                   torch.compile(model), torch's default backend
+  sinkgraph eager            torch.compile(model, backend=sinkgraph.get_backend(
+  sinkgraph reduce-overhead      compiler_config=cfg)), cfg.mode set to the mode named
+  sinkgraph max-autotune         (every other option at its default)
 
-Stop other work on the machine first: figures under load flatter nobody.
+1. Compile and warm every variant; its first call (Dynamo's trace and the
+   backend's compile) is reported as its compile time. A variant that raises,
+   or whose output disagrees with torch eager's (rtol 1e-3, atol 1e-4), is
+   marked FAILED or MISMATCH and not timed; the run goes on.
+2. Pick N per variant so that N calls take about 0.3 s (at least 3 calls).
+3. R rounds (--rounds, default 7). Each round times every variant in turn,
+   the order rotating from round to round, so that drift in the machine's
+   speed hits all of them alike; a variant's figure for the round is the
+   median of its N calls.
+
+Reported per variant: the median over rounds of its per-round time per call
+(µs), and its speed-up over torch eager, the median of the per-round ratios
+(torch eager's time in the round / the variant's), with their min-max in
+brackets. The JSON file (--out) holds every round's figures.
+
+Run from the repository root, after the release build, on a quiet machine:
+
+  PYTHONPATH=build/release/python .venv/bin/python bench/torch_models.py
+  ... --models mlp,resnet18 --rounds 7 --threads 1 --out build/bench-torch-models.json
+  ... --small     # 64x64 images and 3 rounds (unless --rounds): a quick check only
+
+--threads T (default 1) sets torch.set_num_threads(T), which Inductor's
+generated code also uses, and SINKGRAPH_NUM_THREADS=T before sinkgraph is
+imported. Compile times depend on Inductor's on-disk cache (run with
+TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for cold compiles).
 """
 
 import argparse
+import gc
 import json
+import os
+import platform
 import statistics
 import sys
 import time
 
 import torch
 
-import sinkgraph
-
-MODES = ["eager", "reduce-overhead", "max-autotune"]
+VARIANTS = ["torch eager", "inductor", "sinkgraph eager", "sinkgraph reduce-overhead",
+            "sinkgraph max-autotune"]
+BASE = "torch eager"
+ROUND_SECONDS = 0.3  # the time N calls of one variant take in a round
+MIN_CALLS = 3
+CALIBRATE_SECONDS = 0.1  # calls timed (after the warm ones) to choose N
+WARM_CALLS = 3  # calls after the first, before the check and the calibration
+RTOL, ATOL = 1e-3, 1e-4
 
 
 class SelfAttention(torch.nn.Module):
-    def __init__(self):
+    """nn.MultiheadAttention called as self-attention, mha(x, x, x)."""
+
+    def __init__(self, dim, heads):
         super().__init__()
-        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+        self.mha = torch.nn.MultiheadAttention(dim, heads, batch_first=True)
 
     def forward(self, x):
         return self.mha(x, x, x)
 
 
-def models():
+def model_table(small):
+    """key -> (label, make_model, make_inputs): every model the benchmark knows."""
     import torchvision
-    from torchvision.models.vision_transformer import VisionTransformer
+    from torchvision.models import VisionTransformer
+
+    side = 64 if small else 224
+    image = f"1x3x{side}x{side}"
+
+    def images():
+        return (torch.randn(1, 3, side, side),)
+
+    def seq():
+        return (torch.randn(1, 32, 256),)
+
+    def vision(name):
+        return (f"{name}, {image}", lambda: getattr(torchvision.models, name)(), images)
+
     return {
-        "tel": ("TransformerEncoderLayer(64, 4, 128), 1x10x64",
-                lambda: torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0,
-                                                         batch_first=True),
-                lambda: torch.randn(1, 10, 64)),
-        "mha": ("MultiheadAttention(64, 4) self-attention, 1x10x64", SelfAttention,
-                lambda: torch.randn(1, 10, 64)),
-        "mlp": ("MLP 256-1024-256, GELU + LayerNorm, 1x256",
-                lambda: torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
-                                            torch.nn.LayerNorm(1024), torch.nn.Linear(1024, 256)),
-                lambda: torch.randn(1, 256)),
-        "resnet18": ("resnet18, 1x3x224x224", lambda: torchvision.models.resnet18(),
-                     lambda: torch.randn(1, 3, 224, 224)),
-        "mobilenet": ("mobilenet_v3_small, 1x3x224x224",
-                      lambda: torchvision.models.mobilenet_v3_small(),
-                      lambda: torch.randn(1, 3, 224, 224)),
-        "vit": ("VisionTransformer(224, patch 16, 4 layers, 6 heads, 384), 1x3x224x224",
-                lambda: VisionTransformer(224, 16, 4, 6, 384, 1536),
-                lambda: torch.randn(1, 3, 224, 224)),
+        "encoder": ("TransformerEncoderLayer(256, 4 heads, ff 1024), 1x32x256",
+                    lambda: torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True),
+                    seq),
+        "decoder": ("TransformerDecoderLayer(256, 4 heads, ff 1024), tgt and memory 1x32x256",
+                    lambda: torch.nn.TransformerDecoderLayer(256, 4, 1024, batch_first=True),
+                    lambda: (torch.randn(1, 32, 256), torch.randn(1, 32, 256))),
+        "mha": ("MultiheadAttention(256, 4 heads) self-attention, 1x32x256",
+                lambda: SelfAttention(256, 4), seq),
+        "mlp": ("MLP LayerNorm(512), Linear 512-2048, GELU, Linear 2048-512, 1x512",
+                lambda: torch.nn.Sequential(torch.nn.LayerNorm(512), torch.nn.Linear(512, 2048),
+                                            torch.nn.GELU(), torch.nn.Linear(2048, 512)),
+                lambda: (torch.randn(1, 512),)),
+        "resnet18": vision("resnet18"),
+        "mobilenet_v3_small": vision("mobilenet_v3_small"),
+        "efficientnet_b0": vision("efficientnet_b0"),
+        "convnext_tiny": vision("convnext_tiny"),
+        "vit": (f"VisionTransformer(patch 16, 4 layers, 4 heads, 256, mlp 1024), {image}",
+                lambda: VisionTransformer(image_size=side, patch_size=16, num_layers=4,
+                                          num_heads=4, hidden_dim=256, mlp_dim=1024),
+                images),
     }
 
 
-def time_calls(fn, x, calls):
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn(x)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def bench_model(key, label, make, make_input, rounds, calls):
-    torch.manual_seed(0)
-    model = make().eval()
-    x = make_input()
-    variants = {"torch eager": model}
-    for mode in MODES:
-        config = sinkgraph.CompilerConfig()
-        config.mode = mode
-        if mode == "max-autotune":
-            config.frozen_parameter = True
-        variants["sinkgraph " + mode] = sinkgraph.compile(
-            model, backend=sinkgraph.get_backend(compiler_config=config))
-    with torch.no_grad():
-        want = model(x)
-        for name, fn in variants.items():
-            for _ in range(3):  # trace, capture, warm
-                got = fn(x)
-            torch.testing.assert_close(got, want, msg=lambda m: f"{key} {name}: {m}")
-        per_round = {name: [] for name in variants}
-        names = list(variants)
-        for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for name in order:
-                per_round[name].append(time_calls(variants[name], x, calls))
-    base = per_round["torch eager"]
-    out = {"model": key, "label": label, "variants": {}}
-    for name, ts in per_round.items():
-        ratios = [b / t for b, t in zip(base, ts)]
-        out["variants"][name] = {
-            "median_us": statistics.median(ts) * 1e6,
-            "speedup_median": statistics.median(ratios),
-            "speedup_min": min(ratios),
-            "speedup_max": max(ratios),
-        }
+def make_variants(model, sinkgraph):
+    """name -> (callable, sinkgraph Backend or None). torch.compile is lazy: the
+    compile happens on the first call."""
+    out = {BASE: (model, None), "inductor": (torch.compile(model), None)}
+    for mode in ("eager", "reduce-overhead", "max-autotune"):
+        cfg = sinkgraph.CompilerConfig()
+        cfg.mode = mode
+        backend = sinkgraph.get_backend(compiler_config=cfg)
+        out["sinkgraph " + mode] = (torch.compile(model, backend=backend), backend)
     return out
 
 
-def svg_chart(results, path):
-    """Speedup over torch eager per model and mode, as grouped bars (a plain SVG)."""
-    modes = ["sinkgraph " + m for m in MODES]
-    colors = ["#8da0cb", "#66c2a5", "#fc8d62"]
-    w, h, left, top, bottom = 760, 320, 60, 30, 70
-    group = (w - left - 20) / max(1, len(results))
-    peak = max(v["variants"][m]["speedup_max"] for v in results for m in modes)
-    peak = max(peak, 1.0) * 1.1
-    y = lambda s: top + (h - top - bottom) * (1 - s / peak)  # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-             'font-family="sans-serif" font-size="11">',
-             f'<text x="{left}" y="18">speedup over torch eager (batch 1, one thread; '
-             'bars: median, whiskers: min..max over rounds)</text>',
-             f'<line x1="{left}" y1="{y(1):.1f}" x2="{w - 10}" y2="{y(1):.1f}" '
-             'stroke="#999" stroke-dasharray="4"/>',
-             f'<text x="{left - 30}" y="{y(1) + 4:.1f}">1.0x</text>']
-    for gi, r in enumerate(results):
-        x0 = left + gi * group + 8
-        bw = (group - 16) / len(modes)
-        for mi, m in enumerate(modes):
-            v = r["variants"][m]
-            bx = x0 + mi * bw
-            parts.append(f'<rect x="{bx:.1f}" y="{y(v["speedup_median"]):.1f}" '
-                         f'width="{bw - 2:.1f}" height="{y(0) - y(v["speedup_median"]):.1f}" '
-                         f'fill="{colors[mi]}"/>')
-            cx = bx + (bw - 2) / 2
-            parts.append(f'<line x1="{cx:.1f}" y1="{y(v["speedup_min"]):.1f}" x2="{cx:.1f}" '
-                         f'y2="{y(v["speedup_max"]):.1f}" stroke="#333"/>')
-        parts.append(f'<text x="{x0:.1f}" y="{h - bottom + 16}">{r["model"]}</text>')
-    for mi, m in enumerate(modes):
-        parts.append(f'<rect x="{left + mi * 170}" y="{h - 28}" width="10" height="10" '
-                     f'fill="{colors[mi]}"/><text x="{left + mi * 170 + 14}" y="{h - 19}">{m}'
-                     '</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
+def disagreement(got, want):
+    """None when got matches want (rtol/atol), else a short description."""
+    try:
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        return None
+    except AssertionError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return "; ".join(lines[:4])
+
+
+def one_line(e):
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def timed_calls(fn, inputs, n):
+    """Seconds per call for n calls."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn(*inputs)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def prepare(name, fn, inputs, want):
+    """Compile, warm, check and calibrate one variant; its record."""
+    rec = {"status": "ok"}
+    try:
+        t0 = time.perf_counter()
+        got = fn(*inputs)
+        rec["compile_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(WARM_CALLS):
+            got = fn(*inputs)
+        rec["warm_s"] = time.perf_counter() - t0
+    except Exception as e:  # a variant that cannot compile is reported, not fatal
+        rec.update(status="FAILED", error=one_line(e))
+        return rec
+    if name != BASE:
+        why = disagreement(got, want)
+        if why:
+            rec.update(status="MISMATCH", error=why)
+            return rec
+    times = []
+    while len(times) < MIN_CALLS or sum(times) < CALIBRATE_SECONDS:
+        times += timed_calls(fn, inputs, 1)
+    rec["calls"] = max(MIN_CALLS, round(ROUND_SECONDS / statistics.median(times)))
+    rec["rounds_us"] = []
+    return rec
+
+
+def bench_model(key, label, make_model, make_inputs, rounds, sinkgraph):
+    print(f"\n== {key}: {label}", flush=True)
+    torch.manual_seed(0)
+    model = make_model().eval()
+    inputs = make_inputs()
+    result = {"model": key, "label": label,
+              "inputs": [list(t.shape) for t in inputs], "variants": {}}
+    with torch.no_grad():
+        want = model(*inputs)
+        variants = make_variants(model, sinkgraph)
+        recs = result["variants"]
+        for name, (fn, backend) in variants.items():
+            recs[name] = r = prepare(name, fn, inputs, want)
+            mark = "ok" if r["status"] == "ok" else f"{r['status']}: {r['error']}"
+            if backend is not None:
+                counters = backend.counters()
+                r["sinkgraph_counters"] = {k: counters.get(k, 0)
+                                           for k in ("graphs_compiled", "fallback_nodes")}
+                mark += (f" ({counters['graphs_compiled']} graph(s), "
+                         f"{counters['fallback_nodes']} fallback node(s))")
+            compile_s = f"{r['compile_s']:.2f} s" if "compile_s" in r else "-"
+            print(f"  {name:<26} compile {compile_s:>9}  {mark}", flush=True)
+        if recs[BASE]["status"] != "ok":
+            print(f"  torch eager failed: {key} is not timed", flush=True)
+            return result
+        timed = [n for n in variants if recs[n]["status"] == "ok"]
+        for r in range(rounds):
+            order = timed[r % len(timed):] + timed[:r % len(timed)]
+            for name in order:
+                rec = recs[name]
+                if rec["status"] != "ok":
+                    continue
+                gc.collect()
+                try:
+                    times = timed_calls(variants[name][0], inputs, rec["calls"])
+                except Exception as e:
+                    rec.update(status="FAILED", error="while timing: " + one_line(e))
+                    continue
+                rec["rounds_us"].append(statistics.median(times) * 1e6)
+    summarize(recs)
+    return result
+
+
+def summarize(recs):
+    """Per variant: median time per call and the speed-up over torch eager."""
+    base = recs[BASE].get("rounds_us", [])
+    for rec in recs.values():
+        ts = rec.get("rounds_us")
+        if rec["status"] != "ok" or not ts or len(ts) != len(base):
+            continue
+        ratios = [b / t for b, t in zip(base, ts)]
+        rec.update(median_us=statistics.median(ts), speedup_rounds=ratios,
+                   speedup_median=statistics.median(ratios),
+                   speedup_min=min(ratios), speedup_max=max(ratios))
+
+
+def fmt_time(us):
+    return f"{us / 1000:.2f} ms" if us >= 10000 else f"{us:.1f} µs"
+
+
+def fmt_speedup(rec):
+    return (f"{rec['speedup_median']:.2f}x [{rec['speedup_min']:.2f}-"
+            f"{rec['speedup_max']:.2f}]")
+
+
+def print_model(result):
+    print(f"\n{result['model']}: {result['label']}")
+    print(f"  {'variant':<26} {'compile':>9} {'calls':>6} {'per call':>11}  "
+          "speed-up over torch eager [min-max]")
+    for name, rec in result["variants"].items():
+        compile_s = f"{rec['compile_s']:.2f} s" if "compile_s" in rec else "-"
+        if "median_us" in rec:
+            speedup = "1 (baseline)" if name == BASE else fmt_speedup(rec)
+            print(f"  {name:<26} {compile_s:>9} {rec['calls']:>6} "
+                  f"{fmt_time(rec['median_us']):>11}  {speedup}")
+        else:
+            print(f"  {name:<26} {compile_s:>9} {'-':>6} {'-':>11}  "
+                  f"{rec['status']}: {rec.get('error', 'not timed')}")
+    sys.stdout.flush()
+
+
+def print_summary(results):
+    """One line per model: every variant's speed-up over torch eager."""
+    names = VARIANTS[1:]
+    print("\nSpeed-up over torch eager: median of per-round ratios [min-max]")
+    print("| model | torch eager | " + " | ".join(names) + " |")
+    print("| --- " * (len(names) + 2) + "|")
+    for res in results:
+        recs = res["variants"]
+        base = recs[BASE]
+        cells = [fmt_time(base["median_us"]) if "median_us" in base else base["status"]]
+        for n in names:
+            rec = recs[n]
+            cells.append(fmt_speedup(rec) if "speedup_median" in rec else rec["status"])
+        print(f"| {res['model']} | " + " | ".join(cells) + " |")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--models", default="tel,mha,mlp,resnet18,mobilenet,vit")
-    ap.add_argument("--json")
-    ap.add_argument("--svg")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("--models", default="all",
+                    help="comma-separated keys (default: all): encoder, decoder, mha, mlp, "
+                         "resnet18, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 7; 3 with --small)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads and SINKGRAPH_NUM_THREADS (default 1)")
+    ap.add_argument("--small", action="store_true",
+                    help="64x64 images and 3 rounds: a quick run, not a measurement")
+    ap.add_argument("--out", default="build/bench-torch-models.json", help="the JSON file")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    table = models()
+    rounds = args.rounds if args.rounds is not None else (3 if args.small else 7)
+    if rounds < 1 or args.threads < 1:
+        ap.error("--rounds and --threads must be at least 1")
+
+    # sinkgraph reads SINKGRAPH_NUM_THREADS once, when it is loaded.
+    os.environ["SINKGRAPH_NUM_THREADS"] = str(args.threads)
+    torch.set_num_threads(args.threads)
+    import sinkgraph
+    import torchvision
+
+    # Five variants of one module share its forward's Dynamo cache entries.
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+
+    table = model_table(args.small)
+    keys = list(table) if args.models == "all" else args.models.split(",")
+    unknown = [k for k in keys if k not in table]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(table)}")
+
+    meta = {"torch": torch.__version__, "torchvision": torchvision.__version__,
+            "sinkgraph": sinkgraph.__version__, "python": platform.python_version(),
+            "cpu": cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
+            "small": args.small, "rounds": rounds, "round_seconds": ROUND_SECONDS,
+            "rtol": RTOL, "atol": ATOL, "argv": sys.argv[1:],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    print(f"torch {meta['torch']}, torchvision {meta['torchvision']}, sinkgraph "
+          f"{meta['sinkgraph']}; {meta['cpu']}, {args.threads} thread(s), {rounds} round(s)"
+          f"{', --small (64x64 images)' if args.small else ''}")
+    if os.path.dirname(args.out):
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+
     results = []
-    for key in args.models.split(","):
-        if key not in table:
-            print(f"unknown model {key!r}; known: {', '.join(table)}", file=sys.stderr)
-            return 2
-        label, make, make_input = table[key]
-        calls = args.calls if key in ("tel", "mha", "mlp") else max(3, args.calls // 4)
-        r = bench_model(key, label, make, make_input, args.rounds, calls)
-        results.append(r)
-        print(f"\n{label}")
-        print("| variant | median per call | speedup over torch eager (median, min..max) |")
-        print("| --- | --- | --- |")
-        for name, v in r["variants"].items():
-            print(f"| {name} | {v['median_us']:.1f} µs | {v['speedup_median']:.2f}x "
-                  f"({v['speedup_min']:.2f}..{v['speedup_max']:.2f}) |")
-        sys.stdout.flush()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "rounds": args.rounds, "results": results}, f,
-                      indent=1)
-    if args.svg:
-        svg_chart(results, args.svg)
+    for key in keys:
+        results.append(bench_model(key, *table[key], rounds, sinkgraph))
+        print_model(results[-1])
+        torch._dynamo.reset()  # drop this model's compiled code before the next
+        with open(args.out, "w") as f:  # after every model: a partial run keeps its figures
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+    print_summary(results)
+    print(f"\nEvery round's figures: {args.out}")
     return 0
 
 
