@@ -53,3 +53,30 @@ def _mean(x, dtype=None):
     return _mean_dim(x, list(range(x.ndim)), False, dtype)
 
 
+
+
+def _reduced_count(x, dims):
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+@register(aten.sum.dim_IntList)
+def _sum_dim(x, dims, keepdim=False, dtype=None):
+    # sinkgraph has no sum: mean times the count (within an ulp or two of a sum).
+    if dtype is not None and dtype != torch.float32:
+        raise Unsupported(f"sum with dtype {dtype}")
+    if dims is None or len(dims) == 0:
+        dims = list(range(x.ndim))
+    dims = [_wrap_dim(d, x.ndim) for d in dims]
+    n = _reduced_count(x, dims)
+    if n == 0:
+        raise Unsupported("sum over an empty dimension")
+    out = sg_op("mean", [x], dims, bool(keepdim))
+    return out if n == 1 else sg_op("mul_scalar", [out], float(n))
+
+
+@register(aten.sum.default)
+def _sum(x, dtype=None):
+    return _sum_dim(x, list(range(x.ndim)), False, dtype)
