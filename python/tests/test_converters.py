@@ -187,6 +187,43 @@ def test_max_pool2d():
         sinkgraph.explain(backend)
 
 
+class MaskedEncoder(torch.nn.Module):
+    """The fused encoder-layer kernel with a padding mask, after a converted linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 32)
+        self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+
+    def forward(self, x, mask):
+        return self.layer(self.proj(x), src_key_padding_mask=mask)
+
+
+class MaskedAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 32)
+        self.mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x, mask):
+        h = self.proj(x)
+        return self.mha(h, h, h, key_padding_mask=mask, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("cls", [MaskedEncoder, MaskedAttention])
+def test_fused_attention_with_a_mask_runs_in_torch(cls):
+    model = cls().eval()
+    backend = make_backend("max-autotune")
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(2, 7, 16)
+    mask = torch.tensor([[False] * 5 + [True] * 2, [False] * 7])
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(opt(x, mask), model(x, mask), rtol=RTOL, atol=ATOL)
+    text = sinkgraph.explain(backend)
+    assert "attention takes none" in text or "sdpa takes no mask" in text, text
+
+
 def test_slice_scatter_with_a_step_runs_in_torch():
     def fn(a, b):
         c = a * 1

@@ -5,9 +5,9 @@ import operator
 
 import torch
 
-from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       known_equal, optional_overload, register, sg_op, transpose, unsqueeze,
-                       view, _is_tensor, _wrap_dim)
+from .registry import (Copies, Unsupported, aten, binary, contiguous, full, known_equal,
+                       matmul2d, node_value, optional_overload, register, sg_op, transpose,
+                       unsqueeze, view, _is_tensor, _wrap_dim)
 
 
 # ---- PyTorch's fused transformer fast paths -----------------------------------------------
@@ -70,7 +70,28 @@ def _in_projection(query, key, value, qkv_weight, qkv_bias, E):
     return tuple(_linear_bias(t, contiguous(w), b) for t, w, b in zip((query, key, value), ws, bs))
 
 
-@register(aten._native_multi_head_attention.default)
+def _arg(node, index, name, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _fused_capability(x_name, mask_index):
+    """The fused kernels' calls the converters take: batched [B, L, E], no mask."""
+
+    def check(node):
+        x = node_value(node.args[0])
+        if x is None or x.ndim != 3:
+            return f"unbatched {x_name} (sinkgraph takes [B, L, E])"
+        if _arg(node, mask_index, "mask") is not None:
+            return "a mask (sinkgraph's attention takes none)"
+        return None
+
+    return check
+
+
+@register(aten._native_multi_head_attention.default,
+          capability=_fused_capability("multi-head attention", 9))
 def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
                 proj_bias, mask=None, need_weights=True, average_attn_weights=True,
                 mask_type=None):
@@ -83,7 +104,8 @@ def _native_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, pr
     return (_linear_bias(out, proj_weight, proj_bias), weights)
 
 
-@register(aten._transformer_encoder_layer_fwd.default)
+@register(aten._transformer_encoder_layer_fwd.default,
+          capability=_fused_capability("encoder layer", 18))
 def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
                    use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
                    norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
