@@ -6,14 +6,25 @@ import operator
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
+                       node_value, optional_overload, register, sg_op, transpose, unsqueeze, view,
                        _is_tensor, _wrap_dim)
 
 
 # ---- convolutional networks -------------------------------------------------------------
 
 
-@register(aten.convolution.default)
+def _convolution_capability(node):
+    x = node_value(node.args[0])
+    if node.args[6]:
+        return "transposed convolution"
+    if x is None or x.ndim != 4:
+        return f"convolution of a {getattr(x, 'ndim', '?')}-D input (sinkgraph's conv2d is 2-D)"
+    if x.dtype != torch.float32:
+        return f"convolution in {x.dtype} (sinkgraph's conv2d is float32)"
+    return None
+
+
+@register(aten.convolution.default, capability=_convolution_capability)
 def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         raise Unsupported("transposed convolution")
@@ -25,7 +36,18 @@ def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding,
                  dilation[0], dilation[1], groups, -1)
 
 
-@register(aten.native_batch_norm.default)
+def _batch_norm_capability(training_index):
+    def check(node):
+        if training_index is not None and node.args[training_index]:
+            return "batch_norm in training mode (batch statistics; sinkgraph is for inference)"
+        if node.args[3] is None or node.args[4] is None:
+            return "batch_norm without running statistics"
+        return None
+
+    return check
+
+
+@register(aten.native_batch_norm.default, capability=_batch_norm_capability(5))
 def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if training:
         raise Unsupported("batch_norm in training mode (sinkgraph is for inference)")
@@ -38,7 +60,8 @@ def _native_batch_norm(x, weight, bias, running_mean, running_var, training, mom
     return (y, None, None)
 
 
-@register(optional_overload("_native_batch_norm_legit_no_training.default"))
+@register(optional_overload("_native_batch_norm_legit_no_training.default"),
+          capability=_batch_norm_capability(None))
 def _batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
     return _native_batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps)
 
@@ -63,13 +86,39 @@ def _max_pool2d_with_indices(x, kernel, stride=(), padding=(0,), dilation=(1,), 
     return (y, None)
 
 
-@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_windows(size, out):
+    """The window of an adaptive pool from `size` to `out` when every window has it."""
+    return size // out if out > 0 and size % out == 0 else None
+
+
+def _adaptive_avg_pool2d_capability(node):
+    x = node_value(node.args[0])
+    out = [node_value(o) for o in node.args[1]]
+    if x is None or x.ndim not in (3, 4):
+        return "adaptive_avg_pool2d without a 3-D or 4-D input"
+    try:
+        h, w, oh, ow = (int(v) for v in (x.shape[-2], x.shape[-1], out[0], out[1]))
+    except (TypeError, ValueError, RuntimeError):
+        return "adaptive_avg_pool2d of symbolic spatial sizes"
+    if _adaptive_windows(h, oh) is None or _adaptive_windows(w, ow) is None:
+        return (f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (windows of different sizes; "
+                "sinkgraph takes output sizes that divide the input)")
+    return None
+
+
+@register(aten._adaptive_avg_pool2d.default, capability=_adaptive_avg_pool2d_capability)
 def _adaptive_avg_pool2d(x, output_size):
+    # Equal windows: [.., H, W] viewed as [.., OH, KH, OW, KW], averaged over KH and KW.
     h, w = x.shape[-2], x.shape[-1]
-    if list(output_size) == [1, 1]:
-        return sg_op("mean", [x], [x.ndim - 2, x.ndim - 1], True)
-    if list(output_size) == [h, w]:
+    oh, ow = (int(o) for o in output_size)
+    kh, kw = _adaptive_windows(h, oh), _adaptive_windows(w, ow)
+    if kh is None or kw is None:
+        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow}")
+    if kh == 1 and kw == 1:
         return x
-    raise Unsupported(f"adaptive_avg_pool2d to {list(output_size)} from {h}x{w}")
-
-
+    n = x.ndim
+    if oh == 1 and ow == 1:
+        return sg_op("mean", [x], [n - 2, n - 1], True)
+    lead = list(x.shape[:-2])
+    y = view(x, lead + [oh, kh, ow, kw])
+    return sg_op("mean", [y], [n - 1, n + 1], False)

@@ -5,7 +5,7 @@ import math
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
+                       node_value, optional_overload, register, sg_op, transpose, unsqueeze, view,
                        _is_tensor, _wrap_dim)
 
 
@@ -52,7 +52,16 @@ def _gelu_tanh(x):
     return sg_op("mul", [sg_op("mul_scalar", [x], 0.5), sg_op("add_scalar", [t], 1.0)])
 
 
-@register(aten.add.Tensor, aten.add.Scalar)
+def _one_dtype(node):
+    """Binary arithmetic on tensors of one dtype (sinkgraph has no type promotion)."""
+    dtypes = {v.dtype for v in (node_value(a) for a in node.args[:2])
+              if isinstance(v, torch.Tensor)}
+    if len(dtypes) > 1:
+        return f"{' and '.join(sorted(str(d) for d in dtypes))} operands (type promotion)"
+    return None
+
+
+@register(aten.add.Tensor, aten.add.Scalar, capability=_one_dtype)
 def _add(a, b, alpha=1):
     if alpha != 1:
         b = sg_op("mul_scalar", [b], float(alpha)) if _is_tensor(b) else b * alpha
@@ -63,7 +72,7 @@ def _add(a, b, alpha=1):
     return binary("add", a, b)
 
 
-@register(aten.sub.Tensor, aten.sub.Scalar)
+@register(aten.sub.Tensor, aten.sub.Scalar, capability=_one_dtype)
 def _sub(a, b, alpha=1):
     if alpha != 1:
         b = sg_op("mul_scalar", [b], float(alpha)) if _is_tensor(b) else b * alpha
@@ -72,13 +81,13 @@ def _sub(a, b, alpha=1):
     return binary("sub", a, b)
 
 
-@register(aten.rsub.Scalar, aten.rsub.Tensor)
+@register(aten.rsub.Scalar, aten.rsub.Tensor, capability=_one_dtype)
 def _rsub(a, b, alpha=1):
     return _sub(b, a, alpha) if _is_tensor(b) else sg_op(
         "add_scalar", [sg_op("mul_scalar", [a], -float(alpha))], float(b))
 
 
-@register(aten.mul.Tensor, aten.mul.Scalar)
+@register(aten.mul.Tensor, aten.mul.Scalar, capability=_one_dtype)
 def _mul(a, b):
     if _is_tensor(a) and not _is_tensor(b):
         return sg_op("mul_scalar", [a], float(b))
@@ -92,7 +101,7 @@ def _reciprocal(x):
     return binary("div", 1.0, x)
 
 
-@register(aten.div.Tensor, aten.div.Scalar)
+@register(aten.div.Tensor, aten.div.Scalar, capability=_one_dtype)
 def _div(a, b):
     if _is_tensor(a) and not _is_tensor(b):
         return sg_op("mul_scalar", [a], 1.0 / float(b)) if b != 0 else binary("div", a, b)

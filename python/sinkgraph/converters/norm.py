@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
-                       _is_tensor, _wrap_dim)
+from .registry import (Copies, Unsupported, aten, binary, contiguous, full, known_equal,
+                       matmul2d, node_value, optional_overload, register, sg_op, transpose,
+                       unsqueeze, view, _is_tensor, _wrap_dim)
 
 
 # ---- normalisation, softmax, reductions ------------------------------------------------
@@ -39,7 +39,14 @@ def _native_layer_norm(x, normalized_shape, weight, bias, eps):
     return (view(y, shape), None, None)
 
 
-@register(aten.mean.dim)
+def _float32_result(node):
+    dtype = node.kwargs.get("dtype")
+    if dtype is not None and dtype != torch.float32:
+        return f"a {dtype} result (sinkgraph does not convert dtypes)"
+    return None
+
+
+@register(aten.mean.dim, capability=_float32_result)
 def _mean_dim(x, dims, keepdim=False, dtype=None):
     if dtype is not None and dtype != torch.float32:
         raise Unsupported(f"mean with dtype {dtype}")
@@ -48,7 +55,7 @@ def _mean_dim(x, dims, keepdim=False, dtype=None):
     return sg_op("mean", [x], [_wrap_dim(d, x.ndim) for d in dims], bool(keepdim))
 
 
-@register(aten.mean.default)
+@register(aten.mean.default, capability=_float32_result)
 def _mean(x, dtype=None):
     return _mean_dim(x, list(range(x.ndim)), False, dtype)
 
@@ -62,7 +69,14 @@ def _reduced_count(x, dims):
     return n
 
 
-@register(aten.sum.dim_IntList)
+def _sum_capability(node):
+    x = node_value(node.args[0])
+    if x is not None and any(known_equal(s, 0) for s in x.shape):
+        return "a sum over an empty tensor"
+    return _float32_result(node)
+
+
+@register(aten.sum.dim_IntList, capability=_sum_capability)
 def _sum_dim(x, dims, keepdim=False, dtype=None):
     # sinkgraph has no sum: mean times the count (within an ulp or two of a sum).
     if dtype is not None and dtype != torch.float32:
@@ -77,6 +91,6 @@ def _sum_dim(x, dims, keepdim=False, dtype=None):
     return out if n == 1 else sg_op("mul_scalar", [out], float(n))
 
 
-@register(aten.sum.default)
+@register(aten.sum.default, capability=_sum_capability)
 def _sum(x, dtype=None):
     return _sum_dim(x, list(range(x.ndim)), False, dtype)

@@ -125,7 +125,14 @@ def _identity(x):
     return x
 
 
-@register(aten.empty.memory_format, aten.zeros.default)
+def _float32_fill(node):
+    dtype = node.kwargs.get("dtype")
+    if dtype not in (None, torch.float32):
+        return f"a {dtype} tensor (sinkgraph fills float32 here)"
+    return None
+
+
+@register(aten.empty.memory_format, aten.zeros.default, capability=_float32_fill)
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     if dtype not in (None, torch.float32):
         raise Unsupported(f"empty of dtype {dtype}")
