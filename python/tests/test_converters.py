@@ -328,6 +328,26 @@ def test_a_write_through_select_reaches_a_buffer():
     assert sinkgraph.counters(backend)["fallback_nodes"] == 0, sinkgraph.explain(backend)
 
 
+def test_a_write_of_another_dtype_into_a_buffer_runs_in_torch():
+    class Half(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("h", torch.zeros(3, 4, dtype=torch.float16))
+
+        def forward(self, x):
+            self.h.copy_(x * 2)  # a conversion: sinkgraph has no cast
+            return x + 1
+
+    model, ref = Half(), Half()
+    backend = make_backend("reduce-overhead")
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), ref(x))
+    torch.testing.assert_close(model.h, ref.h)
+    assert "sinkgraph does not convert dtypes" in sinkgraph.explain(backend)
+
+
 # ---- the registry --------------------------------------------------------------------------
 
 

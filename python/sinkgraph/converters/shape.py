@@ -139,7 +139,7 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
     return full(size, 0.0)
 
 
-@register(aten.copy_.default)
+@register(aten.copy_.default, capability=lambda node: _same_dtype_capability(node))
 def _copy_(dst, src, non_blocking=False):
     return sg_op("copy_", [dst, src])
 
