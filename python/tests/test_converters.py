@@ -114,7 +114,8 @@ CASES = {
                            [lambda: torch.randn(2, 3, 8, 8), lambda: torch.randn(4, 3, 3, 3),
                             lambda: torch.randn(4)]),
     "adaptive_avg_pool": (lambda a: F.adaptive_avg_pool2d(a, 1) + F.adaptive_avg_pool2d(a, 6)
-                          + F.adaptive_avg_pool2d(a, (2, 3)).mean(), [lambda: torch.randn(2, 3, 6, 6)]),
+                          + F.adaptive_avg_pool2d(a, (2, 3)).mean(),
+                          [lambda: torch.randn(2, 3, 6, 6)]),
     "adaptive_avg_pool_windows": (lambda a: F.adaptive_avg_pool2d(a * 2, (3, 2)),
                                   [lambda: torch.randn(2, 3, 6, 4)]),
     "batch_norm_eval": (lambda a, m, v, w, b: F.batch_norm(a, m, v, w, b),

@@ -44,11 +44,7 @@ for _op, _fn in _BINARY.items():
     register(_op, capability=_sizes_only_feed_sinkgraph)(_python(_fn))
 
 
-def _sym_size_capability(node):
-    return _sizes_only_feed_sinkgraph(node)
-
-
-@register(aten.sym_size.int, capability=_sym_size_capability)
+@register(aten.sym_size.int, capability=_sizes_only_feed_sinkgraph)
 def _sym_size(x, dim):
     return x.shape[dim]
 
