@@ -73,7 +73,15 @@ class RegionRunner:
         self.gm = gm
         self.graph = gm.graph
         self.inplace = _inplace_writes(self.graph)
-        self.output_layout = None
+        # Note [Output layouts per shape]: which outputs are tensors and the
+        # values of the others (sizes computed in the region) are read off
+        # each trace, so they are kept per input shapes: a size from one
+        # shape's trace must never answer a call of another shape.
+        self.output_layouts = {}
+
+    @staticmethod
+    def shape_key(values):
+        return tuple(tuple(v.shape) if not isinstance(v, int) else v for v in values)
 
     def __call__(self, inputs):
         env = {}
@@ -104,7 +112,7 @@ class RegionRunner:
                 tensors.append(o)
             else:
                 layout.append(("const", o))
-        self.output_layout = (single, layout)
+        self.output_layouts[self.shape_key(inputs)] = (single, layout)
         return tensors
 
     def _call(self, node, args, kwargs, written):
@@ -125,6 +133,28 @@ class RegionRunner:
         except cv.Unsupported as e:
             raise _C.Error(f"{node.format_node()}: sinkgraph's converter for {target} cannot "
                            f"run this call: {e}") from None
+
+
+def _output_orders(gm):
+    """Per output: the dim order (outermost first) torch's meta gives it, or None
+    when that is the contiguous order or not known statically."""
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    orders = []
+    for o in outs:
+        val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        order = None
+        if isinstance(val, torch.Tensor) and val.ndim > 1:
+            strides, sizes = list(val.stride()), list(val.shape)
+            if any(not isinstance(v, int) for v in strides + sizes):
+                strides = None  # symbolic: int() would specialize it (a Dynamo guard)
+            if strides is not None and min(sizes) > 0:
+                dims = [d for d in range(val.ndim) if sizes[d] != 1]
+                ranked = sorted(dims, key=lambda d: -strides[d])
+                if ranked != dims:  # a permuted layout (a transpose, channels_last)
+                    order = sorted(range(val.ndim), key=lambda d: (-strides[d], d))
+        orders.append(order)
+    return orders
 
 
 class Region:
@@ -148,6 +178,7 @@ class Region:
                 param_args.append(i)
                 self.params.append(i)
         self.frozen = bool(config.frozen_parameter)
+        self.out_orders = _output_orders(gm)
         # Note [Shape keys in the PyTorch front end]
         # Converters read concrete shapes, so each input shape (and each value
         # of a SymInt input) is its own traced graph, i.e. its own graph key:
@@ -190,8 +221,26 @@ class Region:
                 raise _C.Error(f"region @{self.name}: argument {i} is a {type(a).__name__}; "
                                "expected a tensor or an integer")
         outs = self.graph(values)
-        single, layout = self.runner.output_layout
-        result = [to_torch(outs[s]) if isinstance(s, int) else s[1] for s in layout]
+        layouts = self.runner.output_layouts
+        if len(layouts) == 1:
+            single, layout = next(iter(layouts.values()))
+        else:
+            single, layout = layouts[RegionRunner.shape_key(args)]
+        result = []
+        for k, s in enumerate(layout):
+            if not isinstance(s, int):
+                result.append(s[1])
+                continue
+            t = to_torch(outs[s])
+            order = self.out_orders[k]
+            if order is not None and t.ndim == len(order):
+                # Note [Output strides]: torch code after the region (a
+                # fallback as_strided, a view) may rely on the strides its
+                # meta gave this output; sinkgraph's are contiguous.
+                strided = torch.empty_permuted(t.shape, order, dtype=t.dtype)
+                strided.copy_(t)
+                t = strided
+            result.append(t)
         return result[0] if single else tuple(result)
 
     def counters(self):

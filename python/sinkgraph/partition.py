@@ -31,7 +31,9 @@ def _tensor_metas(value):
 _ANY_DTYPE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute",
               "transpose", "t", "unsqueeze", "squeeze", "select", "slice", "split",
               "split_with_sizes", "cat", "stack", "clone", "detach", "alias", "lift_fresh_copy",
-              "copy_", "index_copy", "embedding", "argmax", "full", "arange", "empty", "zeros"}
+              "copy_", "index_copy", "embedding", "argmax", "full", "arange", "empty", "zeros",
+              # its int64 indices are refused by the converter when anything reads them
+              "max_pool2d_with_indices"}
 
 
 def why_unsupported(node):

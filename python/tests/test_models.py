@@ -25,13 +25,7 @@ RTOL, ATOL = 1e-3, 1e-4
 # Fallback nodes (their ATen operator, how many per graph) that a known
 # limitation outside the converters leaves to torch. Each entry is checked
 # exactly, so the fix shows up as this test failing until the entry goes.
-KNOWN_FALLBACK = {
-    # partition.py refuses any operator with an integer tensor that is not in
-    # its _ANY_DTYPE list; max_pool2d_with_indices has an int64 indices output
-    # (unused: the converter's capability check refuses calls that use it).
-    # The fix is adding "max_pool2d_with_indices" to partition._ANY_DTYPE.
-    "resnet18": {"aten.max_pool2d_with_indices.default": 1},
-}
+KNOWN_FALLBACK = {}
 
 
 def fallback_ops(backend):

@@ -17,6 +17,7 @@ def _mlp():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_get_backend_in_every_mode(mode):
+    torch._dynamo.reset()  # a fresh frame cache, whatever ran before in this process
     model = _mlp()
     backend = make_backend(mode)
     opt = torch.compile(model, backend=backend)
