@@ -1,9 +1,8 @@
 #include "dlpack.h"
 
-#include <dlpack/dlpack.h>
-
 #include <cstdint>
 #include <cstring>
+#include <dlpack/dlpack.h>
 #include <memory>
 #include <vector>
 
@@ -23,7 +22,6 @@ constexpr const char* kUsedDltensor = "used_dltensor";
 // reads booleans with this code and 8 bits.
 constexpr std::uint8_t kDLBoolCode = 6;
 
-
 sg::DType dtype_from_dl(const DLDataType& t) {
   if (t.lanes == 1) {
     if (t.code == kDLFloat && t.bits == 32) return sg::DType::f32;
@@ -35,7 +33,8 @@ sg::DType dtype_from_dl(const DLDataType& t) {
   }
   SG_CHECK(false, "a tensor of DLPack type (code ", static_cast<int>(t.code), ", bits ",
            static_cast<int>(t.bits), ", lanes ", t.lanes,
-           ") has no sinkgraph dtype; tensors cross as float32, float16, bfloat16, int32, int64 or bool");
+           ") has no sinkgraph dtype; tensors cross as float32, float16, bfloat16, int32, int64 or "
+           "bool");
   return sg::DType::f32;
 }
 

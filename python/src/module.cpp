@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dlpack.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ir.h"
@@ -25,7 +26,6 @@
 #include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
 #include "sinkgraph/version.h"
-#include "dlpack.h"
 
 namespace py = pybind11;
 namespace sg = sinkgraph;
@@ -163,9 +163,8 @@ class CompiledGraph {
       if (py::isinstance<sg::Tensor>(v)) {
         args.emplace_back(v.cast<sg::Tensor>());
       } else {
-        SG_CHECK(py::isinstance<py::int_>(v), "a compiled graph's argument ", args.size(),
-                 " is ", py::str(py::type::of(v)).cast<std::string>(),
-                 "; expected a tensor or an integer");
+        SG_CHECK(py::isinstance<py::int_>(v), "a compiled graph's argument ", args.size(), " is ",
+                 py::str(py::type::of(v)).cast<std::string>(), "; expected a tensor or an integer");
         args.emplace_back(v.cast<std::int64_t>());
       }
     }
@@ -229,7 +228,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
   m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
 
-  m.def("from_dlpack", &sinkgraph::python::from_dlpack, "A torch tensor's memory (a DLPack capsule), not copied");
+  m.def("from_dlpack", &sinkgraph::python::from_dlpack,
+        "A torch tensor's memory (a DLPack capsule), not copied");
   m.def("to_dlpack", &sinkgraph::python::to_dlpack, "A DLPack capsule viewing the tensor's memory");
   m.def("op", &run_named_op, py::arg("name"), py::arg("tensors"), py::arg("scalars"),
         "Runs (or, while tracing, records) a registered operator");
@@ -270,5 +270,4 @@ PYBIND11_MODULE(_C, m) {
       .def("eager_calls", &CompiledGraph::eager_calls)
       .def("graph_text", &CompiledGraph::graph_text)
       .def("reset", &CompiledGraph::reset);
-
 }
