@@ -170,13 +170,13 @@ class Region:
         mutated = {n.args[0] for n in gm.graph.nodes
                    if n.op == "call_function" and n.target is torch.ops.aten.copy_.default}
         arg_names, param_args = [], []
-        self.params = []
+        self.params = set()  # argument indices read as params (looked up per argument per call)
         for i, ph in enumerate(placeholders):
             kind = kinds[i]
             arg_names.append(("p_" if kind == PARAM else "in_") + ph.name)
             if kind == PARAM and ph not in mutated:
                 param_args.append(i)
-                self.params.append(i)
+                self.params.add(i)
         self.frozen = bool(config.frozen_parameter)
         self.out_orders = _output_orders(gm)
         # Note [Shape keys in the PyTorch front end]
