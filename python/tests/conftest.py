@@ -11,6 +11,10 @@ MODES = ["eager", "reduce-overhead", "max-autotune"]
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+    # Every test starts with Dynamo's caches empty: a frame compiled by an
+    # earlier test's backend (whose id a new backend may reuse once the old
+    # one is freed) would otherwise serve this test's calls.
+    torch._dynamo.reset()
 
 
 def make_backend(mode, **options):
