@@ -37,6 +37,7 @@ echo "pkg-config build: $(pkg-config --modversion sinkgraph), runs"
 
 # The Python package, where docs/install.md says it is.
 site=$(find "$prefix" -path '*/site-packages/sinkgraph/__init__.py' -printf '%h\n' | head -n 1)
+[[ -n $site ]] || { echo "no Python package under $prefix (python/CMakeLists.txt, component python)"; exit 1; }
 if [[ -n $site ]]; then
   (cd "$work" && PYTHONPATH=$(dirname "$site") "$OLDPWD/.venv/bin/python" -c \
     "import sinkgraph; assert sinkgraph.__file__.startswith('$prefix'), sinkgraph.__file__; print('python package:', sinkgraph.__file__)")
