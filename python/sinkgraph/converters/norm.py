@@ -46,13 +46,18 @@ def _float32_result(node):
     return None
 
 
+def _reduced_dims(name, x, dims, dtype):
+    """A reduction's dims, wrapped (none or empty: all of them); f32 results only."""
+    if dtype is not None and dtype != torch.float32:
+        raise Unsupported(f"{name} with dtype {dtype}")
+    if dims is None or len(dims) == 0:
+        dims = range(x.ndim)
+    return [_wrap_dim(d, x.ndim) for d in dims]
+
+
 @register(aten.mean.dim, capability=_float32_result)
 def _mean_dim(x, dims, keepdim=False, dtype=None):
-    if dtype is not None and dtype != torch.float32:
-        raise Unsupported(f"mean with dtype {dtype}")
-    if dims is None or len(dims) == 0:
-        dims = list(range(x.ndim))
-    return sg_op("mean", [x], [_wrap_dim(d, x.ndim) for d in dims], bool(keepdim))
+    return sg_op("mean", [x], _reduced_dims("mean", x, dims, dtype), bool(keepdim))
 
 
 @register(aten.mean.default, capability=_float32_result)
@@ -79,11 +84,7 @@ def _sum_capability(node):
 @register(aten.sum.dim_IntList, capability=_sum_capability)
 def _sum_dim(x, dims, keepdim=False, dtype=None):
     # sinkgraph has no sum: mean times the count (within an ulp or two of a sum).
-    if dtype is not None and dtype != torch.float32:
-        raise Unsupported(f"sum with dtype {dtype}")
-    if dims is None or len(dims) == 0:
-        dims = list(range(x.ndim))
-    dims = [_wrap_dim(d, x.ndim) for d in dims]
+    dims = _reduced_dims("sum", x, dims, dtype)
     n = _reduced_count(x, dims)
     if n == 0:
         raise Unsupported("sum over an empty dimension")

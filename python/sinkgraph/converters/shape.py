@@ -64,18 +64,23 @@ def _select(x, dim, index):
     return sg_op("squeeze", [sg_op("slice", [x], dim, index, index + 1, 1)], dim)
 
 
-@register(aten.slice.Tensor)
-def _slice(x, dim=0, start=None, end=None, step=1):
-    dim = _wrap_dim(dim, x.ndim)
-    size = x.shape[dim]
-    start = 0 if start is None else start
-    end = size if end is None else end
+def _slice_bounds(size, start, end):
+    """torch's slice bounds (None, negative, past the end) as 0 <= start <= end <= size."""
+    start = 0 if start is None else int(start)
+    end = size if end is None else int(end)
     if start < 0:
         start += size
     if end < 0:
         end += size
     start = min(max(start, 0), size)
-    end = min(max(end, start), size)
+    return start, min(max(end, start), size)
+
+
+@register(aten.slice.Tensor)
+def _slice(x, dim=0, start=None, end=None, step=1):
+    dim = _wrap_dim(dim, x.ndim)
+    size = x.shape[dim]
+    start, end = _slice_bounds(size, start, end)
     if start == 0 and end == size and step == 1:
         return x
     return sg_op("slice", [x], dim, start, end, step)
@@ -273,14 +278,7 @@ def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
         raise Unsupported(f"slice_scatter with step {step}")
     dim = _wrap_dim(dim, base.ndim)
     size = base.shape[dim]
-    start = 0 if start is None else int(start)
-    end = size if end is None else int(end)
-    if start < 0:
-        start += size
-    if end < 0:
-        end += size
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
+    start, end = _slice_bounds(size, start, end)
     if src.shape[dim] != end - start:
         raise Unsupported(f"slice_scatter of {src.shape[dim]} elements into [{start}, {end})")
     return _replace_along(base, src, dim, start, end)
