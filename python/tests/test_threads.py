@@ -61,3 +61,20 @@ def test_four_modules_sharing_one_backend(mode):
         for o in opts:
             o(torch.randn(2, 64))
     _hammer(opts, models)
+
+
+def test_a_compiled_module_dropped_after_calls_releases_cleanly():
+    import gc
+    import weakref
+    model = _mlp()
+    backend = make_backend("reduce-overhead")
+    opt = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        outs = [opt(torch.randn(2, 64)) for _ in range(5)]
+    ref = weakref.ref(backend)
+    del opt, backend
+    torch._dynamo.reset()
+    gc.collect()
+    assert ref() is None  # the backend, its regions and their pools are gone
+    for y in outs:  # outputs are copies: still readable after their graph died
+        assert torch.isfinite(y).all()
