@@ -103,11 +103,21 @@ struct SG_API GraphCounters {
 // replay raises an error naming the graph and both replays. Passing output k
 // as an input of replay k+1 is legal: it is copied in before it is overwritten.
 
+// How a call hands its work to the device.
+struct CallOptions {
+  // Return only once the call's work is complete, as a host read of its
+  // outputs would wait. A replay on an idle stream then runs on the calling
+  // thread, with no hand-off to the stream's worker (Note [Replays on the
+  // caller] in device_graph.h). A kernel error raises from the call.
+  bool wait = false;
+};
+
 // A compiled graph ready to run (TorchAir's concrete graphs).
 class SG_API ConcreteGraph {
  public:
   virtual ~ConcreteGraph() = default;
-  virtual std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) = 0;
+  virtual std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs,
+                                       const CallOptions& options) = 0;
   [[nodiscard]] virtual std::string kind() const = 0;  // "EagerGraph", "CapturedGraph"
   [[nodiscard]] virtual std::string explain() const = 0;
   [[nodiscard]] virtual const ir::Graph& graph() const = 0;
@@ -156,9 +166,15 @@ SG_API std::shared_ptr<Backend> get_backend(const CompilerConfig& config,
 class SG_API CompiledFunction {
  public:
   CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend, TraceOptions options);
-  std::vector<Tensor> operator()(std::span<const Arg> args);
+  std::vector<Tensor> operator()(std::span<const Arg> args) { return call(args, {}); }
   std::vector<Tensor> operator()(std::initializer_list<Arg> args) {
     return (*this)(std::span<const Arg>(args.begin(), args.size()));
+  }
+  // A call with options: `{.wait = true}` returns once the outputs are
+  // complete, a replay running on the calling thread when it can.
+  std::vector<Tensor> call(std::span<const Arg> args, const CallOptions& options);
+  std::vector<Tensor> call(std::initializer_list<Arg> args, const CallOptions& options) {
+    return call(std::span<const Arg>(args.begin(), args.size()), options);
   }
 
   // When and why each graph was traced and compiled, and what runs it.
@@ -217,6 +233,8 @@ class SG_API CompiledFunction {
   std::int64_t eager_calls_ = 0;
   bool limit_warned_ = false;
 
+  // A call's work, launched (call() waits for it when asked).
+  std::vector<Tensor> run(std::span<const Arg> args, const CallOptions& options);
   // The bodies of save() and load(), under mutex_ (saved_graphs.cpp).
   void save_locked(const std::string& path) const;
   std::size_t load_locked(const std::string& path);

@@ -16,6 +16,21 @@
 // exec's own streams), runs its nodes and waits for the branches, so replay k+1
 // never overlaps replay k. Nothing in the launch path touches the dispatcher,
 // shape functions or the device allocator.
+//
+// Note [Replays on the caller]
+// A caller that will wait for the replay at once (the PyTorch front end, whose
+// outputs torch reads as soon as the call returns; CallOptions::wait) gains
+// nothing from handing it to the stream's worker and pays for it twice: the
+// hand-off and wake-up, and on a machine with a compute thread per core a
+// third runnable thread (the spinning host) competing with the compute
+// threads. With LaunchOptions::on_caller the launch goes through
+// Stream::run_on_caller: on the CPU device, when the stream is idle, the
+// calling thread runs the replay's entry itself as compute thread 0, with the
+// stream's producer lock held so that anything launched meanwhile queues
+// behind it. Everything else is unchanged: the same entry function, pool
+// generations, fences and order tickets, and a kernel error is sticky on the
+// stream as if the worker had raised it. A stream with queued work, or one
+// another thread is capturing on, launches and waits instead.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -122,6 +137,9 @@ class SG_API GraphExec {
     std::span<const ReplayFence> wait_for;
     std::shared_ptr<EventState> done;
     std::uint64_t done_generation = 0;
+    // Return once the replay is complete; it may then run on the calling
+    // thread (Stream::run_on_caller, Note [Replays on the caller]).
+    bool on_caller = false;
   };
   // Throws before taking any ticket when the launch cannot happen (the stream
   // is capturing, or another capture forbids it), so a refused launch never

@@ -36,8 +36,9 @@ SG_API const char* capture_error_mode_name(CaptureErrorMode mode);
 // measured on this project's 2-vCPU VMs, longer than a whole decode step. The
 // default, 2 ms, keeps a decode loop (host launches, device runs, host reads
 // the logits) from ever parking between steps. spin_us = 0 parks at once.
+inline constexpr std::int64_t kDefaultSpinUs = 2000;
 struct StreamOptions {
-  std::int64_t spin_us = 2000;
+  std::int64_t spin_us = kDefaultSpinUs;
   std::string name;
 };
 
@@ -82,6 +83,12 @@ class SG_API Stream {
   virtual void wait(const ReplayFence& fence) = 0;
   // Waits for all enqueued work; raises a sticky kernel error, if any.
   virtual void synchronize() = 0;
+  // Runs `fn` in stream order and returns once it and all earlier work are
+  // complete. As after launch(), a kernel error stays sticky until the next
+  // synchronize(). A backend whose device is the host may run `fn` on the
+  // calling thread when the stream is idle (Note [Replays on the caller] in
+  // device_graph.h); the default launches and waits.
+  virtual void run_on_caller(KernelFn fn, const ArgBlock& args, const char* name);
   // True when all enqueued work has completed.
   [[nodiscard]] virtual bool query() const = 0;
   // Raises (and clears) a sticky kernel error without waiting.

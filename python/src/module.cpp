@@ -171,10 +171,10 @@ class CompiledGraph {
     std::vector<sg::Tensor> out;
     {
       py::gil_scoped_release release;
-      out = (*fn_)(args);
       // torch reads results straight from memory, not through sinkgraph's
-      // host reads, and the caller's tensors may die once we return: wait.
-      sg::current_stream().synchronize();
+      // host reads, and the caller's tensors may die once we return: the
+      // call waits for its work (Note [Replays on the caller]).
+      out = fn_->call(args, {.wait = true});
     }
     return out;
   }

@@ -74,7 +74,8 @@ class CapturedGraph final : public ConcreteGraph {
 
   ~CapturedGraph() override { reset(); }
 
-  std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) override;
+  std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs,
+                               const CallOptions& options) override;
   [[nodiscard]] std::string kind() const override { return "CapturedGraph"; }
   [[nodiscard]] const ir::Graph& graph() const override { return *graph_; }
   [[nodiscard]] std::string explain() const override;
@@ -134,7 +135,8 @@ class CapturedGraph final : public ConcreteGraph {
 
   std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs, GraphKey key);
   std::vector<ir::RtValue> replay(Entry& e, std::span<const ir::RtValue> inputs,
-                                  const std::vector<std::int64_t>& values);
+                                  const std::vector<std::int64_t>& values,
+                                  const CallOptions& options);
   std::vector<ir::RtValue> run_eagerly(std::span<const ir::RtValue> inputs) {
     policy_.on_eager_fallback_call();
     return ir::interpret(*graph_, inputs);
@@ -201,7 +203,8 @@ void CapturedGraph::check_frozen_params(std::span<const ir::RtValue> inputs, con
   }
 }
 
-std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs) {
+std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs,
+                                            const CallOptions& options) {
   check_not_capturing(graph_->name);
   std::lock_guard lock(mutex_);
   policy_.note_call();
@@ -215,7 +218,7 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
     if (e->key == key) entry = e.get();
   }
   check_frozen_params(inputs, entry);
-  if (entry != nullptr && !config_.force_recapture) return replay(*entry, inputs, values);
+  if (entry != nullptr && !config_.force_recapture) return replay(*entry, inputs, values, options);
 
   std::string why;
   KeyChange change = KeyChange::first;
@@ -254,7 +257,7 @@ std::vector<ir::RtValue> CapturedGraph::run(std::span<const ir::RtValue> inputs)
     entries_.push_back(std::move(fresh));
     entry = entries_.back().get();
   }
-  return replay(*entry, inputs, values);
+  return replay(*entry, inputs, values, options);
 }
 
 std::unique_ptr<CapturedGraph::Entry> CapturedGraph::capture(std::span<const ir::RtValue> inputs,
@@ -476,7 +479,8 @@ ReplayCopy make_copy(KernelFn copy, const Tensor& dst, const Tensor& src,
 }
 
 std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtValue> inputs,
-                                               const std::vector<std::int64_t>& values) {
+                                               const std::vector<std::int64_t>& values,
+                                               const CallOptions& call) {
   Stream& stream = current_stream(cpu());
   // Nothing below may fail once the pool's generation moves (begin_replay):
   // a refused launch would leave the old outputs reported overwritten.
@@ -554,6 +558,7 @@ std::vector<ir::RtValue> CapturedGraph::replay(Entry& e, std::span<const ir::RtV
     options.wait_for = fences_;
     options.done = done_;
     options.done_generation = done.generation;
+    options.on_caller = call.wait;
     e.exec->launch(stream, values, options);
   } catch (...) {
     // An input made stale by another thread since bind() checked it, or a

@@ -3,6 +3,7 @@
 #include "captured_graph.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/stream.h"
 
 namespace sinkgraph {
 
@@ -18,7 +19,13 @@ CompiledFunction::CompiledFunction(TracedFn fn, std::shared_ptr<Backend> backend
   }
 }
 
-std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
+std::vector<Tensor> CompiledFunction::call(std::span<const Arg> args, const CallOptions& options) {
+  std::vector<Tensor> out = run(args, options);
+  if (options.wait) current_stream().synchronize();  // outside the lock: it may raise
+  return out;
+}
+
+std::vector<Tensor> CompiledFunction::run(std::span<const Arg> args, const CallOptions& options) {
   const CompilerConfig& config = backend_->config();
   if (!config.force_eager && config.mode != Mode::eager) {
     detail::check_not_capturing(options_.graph_name);  // before any lock
@@ -65,7 +72,7 @@ std::vector<Tensor> CompiledFunction::operator()(std::span<const Arg> args) {
   }
   ++entry->calls;
   const std::vector<ir::RtValue> inputs = entry->traced.graph_inputs(args);
-  std::vector<ir::RtValue> outputs = entry->compiled->run(inputs);
+  std::vector<ir::RtValue> outputs = entry->compiled->run(inputs, options);
   std::vector<Tensor> result;
   result.reserve(outputs.size());
   for (auto& o : outputs) result.push_back(std::get<Tensor>(std::move(o)));

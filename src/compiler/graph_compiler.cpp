@@ -19,7 +19,8 @@ class EagerGraph final : public ConcreteGraph {
              std::string data_dump)
       : graph_(std::move(graph)), notes_(std::move(notes)), data_dump_(std::move(data_dump)) {}
 
-  std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs) override {
+  std::vector<ir::RtValue> run(std::span<const ir::RtValue> inputs,
+                               const CallOptions& /*options*/) override {
     ++runs_;
     if (data_dump_.empty() || dumped_) return ir::interpret(*graph_, inputs);
     dumped_ = true;

@@ -5,34 +5,22 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/spin.h"
 #include "sinkgraph/error.h"
 
 namespace sinkgraph {
 
 namespace {
 
-inline void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// Waits until `value` reaches `target`: spin briefly, then futex-wait.
+// Note [Spin, yield, park]: a replay waiting for the previous one or for a
+// node on another stream, and a host thread waiting for a replay's output,
+// wait as a host thread in synchronize() does.
 void wait_for(const std::atomic<std::uint64_t>& value, std::uint64_t target) {
-  for (int i = 0; i < 4096; ++i) {
-    if (value.load(std::memory_order_acquire) >= target) return;
-    pause();
-  }
-  for (;;) {
-    const std::uint64_t now = value.load(std::memory_order_acquire);
-    if (now >= target) return;
-    value.wait(now, std::memory_order_acquire);
-  }
+  runtime::wait_at_least(value, target, runtime::waiter_spin_ns(runtime::kDefaultSpinNs));
 }
 
 }  // namespace
 
-// The same spin-then-park wait as a replay's own (wait_for).
 void ReplayFence::wait() const {
   if (state != nullptr) wait_for(state->completed, generation);
 }
@@ -240,7 +228,11 @@ void GraphExec::launch(Stream& stream, std::span<const std::int64_t> sym_values,
   a.num_tensors = 0;
   a.num_scalars = 1;
   a.scalars[0].i = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(r));
-  stream.launch(run_origin, a, "graph_replay");
+  if (options.on_caller) {
+    stream.run_on_caller(run_origin, a, "graph_replay");
+  } else {
+    stream.launch(run_origin, a, "graph_replay");
+  }
 }
 
 namespace {
@@ -273,8 +265,7 @@ void GraphExec::run_stream(int stream, std::uint64_t generation, KernelContext& 
     NodeContext node_ctx(ctx, labels_[static_cast<std::size_t>(index)]);
     n.fn(args_of(n), node_ctx);
     if (has_cross_dependents_[static_cast<std::size_t>(index)]) {
-      done_[static_cast<std::size_t>(index)].store(generation, std::memory_order_release);
-      done_[static_cast<std::size_t>(index)].notify_all();
+      runtime::advance(done_[static_cast<std::size_t>(index)], generation);
     }
   }
 }
@@ -296,8 +287,7 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
     e.args_of(e.nodes_[static_cast<std::size_t>(u.node)]).scalars[u.slot].i = r->values[k];
   }
   e.origin_ctx_.store(&ctx, std::memory_order_release);
-  e.started_.store(r->generation, std::memory_order_release);
-  e.started_.notify_all();
+  runtime::advance(e.started_, r->generation);
   e.run_stream(0, r->generation, ctx);
   for (std::size_t b = 1; b <= e.branches_.size(); ++b) wait_for(e.branch_done_[b], r->generation);
   for (const ReplayCopy& c : r->copies_out) c.fn(c.args, ctx);
@@ -310,13 +300,11 @@ void GraphExec::run_origin(const ArgBlock& args, KernelContext& ctx) {
     r->done.reset();
   }
   if (order != nullptr) {
-    order->finished_.store(ticket, std::memory_order_release);
-    order->finished_.notify_all();
+    runtime::advance(order->finished_, ticket);
   }
   e.give_back(r);
   std::lock_guard lock(e.finish_mutex_);
-  e.finished_.store(generation, std::memory_order_release);
-  e.finished_.notify_all();
+  runtime::advance(e.finished_, generation);
   e.finish_cv_.notify_all();
 }
 
@@ -328,8 +316,7 @@ void GraphExec::run_branch(const ArgBlock& args, KernelContext&) {
   // Kernel errors surface on the launch stream, where the user synchronizes.
   KernelContext& origin = *e->origin_ctx_.load(std::memory_order_acquire);
   e->run_stream(static_cast<int>(branch), generation, origin);
-  e->branch_done_[branch].store(generation, std::memory_order_release);
-  e->branch_done_[branch].notify_all();
+  runtime::advance(e->branch_done_[branch], generation);
 }
 
 }  // namespace sinkgraph

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "runtime/spin.h"
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
@@ -31,6 +32,11 @@ Stream::Stream(Device& device, std::string name)
 }
 
 Stream::~Stream() = default;
+
+void Stream::run_on_caller(KernelFn fn, const ArgBlock& args, const char* name) {
+  launch(fn, args, name);
+  record_fence().wait();
+}
 
 void Stream::set_sticky_error(const std::string& message) {
   std::lock_guard lock(error_mutex_);
@@ -89,19 +95,15 @@ bool Event::query() const {
 void Event::synchronize() const {
   if (any_capture_active()) check_capture_safe("Event::synchronize");
   const std::uint64_t target = state_->recorded.load(std::memory_order_acquire);
-  for (;;) {
-    const std::uint64_t done = state_->completed.load(std::memory_order_acquire);
-    if (done >= target) return;
-    state_->completed.wait(done, std::memory_order_acquire);
-  }
+  runtime::wait_at_least(state_->completed, target, /*spin_ns=*/0);
 }
 
 void complete_fence(EventState& state, std::uint64_t generation) {
   std::uint64_t now = state.completed.load(std::memory_order_acquire);
   while (now < generation &&
-         !state.completed.compare_exchange_weak(now, generation, std::memory_order_acq_rel)) {
+         !state.completed.compare_exchange_weak(now, generation, std::memory_order_seq_cst)) {
   }
-  state.completed.notify_all();
+  runtime::wake(state.completed);
 }
 
 ReplayFence Stream::record_fence() {

@@ -270,6 +270,11 @@ TEST(ops_matmul, random_shapes) {
       {{3, 5, 6}, {3, 6, 2}}, {{3, 5, 6}, {1, 6, 2}}, {{2, 3, 4, 5}, {2, 1, 5, 3}},
       {{2, 3, 4, 5}, {5, 3}}, {{4, 0}, {0, 3}},       {{0, 4}, {4, 3}},
       {{4, 3}, {3, 0}},       {{2, 1, 64}, {64, 64}},
+      // The tiled kernel reading b in place (at most one tile of rows, whole
+      // blocks of 16 columns), across a second block of K (resumed sums), and
+      // its packed path beside it (a partial block, more rows than a tile).
+      {{1, 600}, {600, 48}},  {{6, 530}, {530, 32}},  {{5, 37}, {37, 40}},
+      {{7, 20}, {20, 32}},
   };
   std::mt19937 rng(21);
   for (const auto& c : cases) {

@@ -1,6 +1,7 @@
 // Capture and replay at the runtime level, for every device type: recording,
 // updatable slots, stream ordering of replays, fork/join, capture errors.
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -231,6 +232,83 @@ TEST_P(RuntimeCapture, kernel_errors_in_a_replay_are_sticky_on_the_launch_stream
   } catch (const sg::Error& e) {
     EXPECT_NE(std::string(e.what()).find("replayed failure"), std::string::npos) << e.what();
   }
+  EXPECT_NO_THROW(s->synchronize());
+}
+
+sg::DeviceGraph capture_appends(sg::Stream& s, std::shared_ptr<sg::MemPool> pool, Log& log) {
+  s.begin_capture(std::move(pool));
+  for (int i = 0; i < 3; ++i) s.launch(append, entry(log, i), "append");
+  return s.end_capture();
+}
+
+// Note [Replays on the caller]: with on_caller, launch() returns with the
+// replay complete, and on the CPU device an idle stream's replay runs on the
+// calling thread.
+TEST_P(RuntimeCapture, a_replay_on_the_caller_is_complete_when_launch_returns) {
+  auto s = device().create_stream();
+  Log log;
+  auto exec = capture_appends(*s, pool(), log).instantiate();
+  sg::GraphExec::LaunchOptions options;
+  options.on_caller = true;
+  s->reset_counters();
+  exec->launch(*s, {}, options);
+  {
+    std::lock_guard lock(log.mutex);
+    EXPECT_EQ(log.values, (std::vector<std::int64_t>{0, 1, 2}));
+    if (GetParam() == sg::DeviceType::cpu) {
+      for (const auto id : log.threads) EXPECT_EQ(id, std::this_thread::get_id());
+    }
+  }
+  EXPECT_EQ(s->counters().launches, 1U);
+  EXPECT_EQ(s->counters().kernels, 1U);
+  EXPECT_TRUE(s->query());
+}
+
+void sleep_then_append(const sg::ArgBlock& args, sg::KernelContext& ctx) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  append(args, ctx);
+}
+
+TEST_P(RuntimeCapture, a_replay_on_the_caller_runs_after_the_work_queued_before_it) {
+  auto s = device().create_stream();
+  Log log;
+  auto exec = capture_appends(*s, pool(), log).instantiate();
+  s->launch(sleep_then_append, entry(log, 100), "sleep_then_append");
+  sg::GraphExec::LaunchOptions options;
+  options.on_caller = true;
+  exec->launch(*s, {}, options);
+  std::lock_guard lock(log.mutex);
+  EXPECT_EQ(log.values, (std::vector<std::int64_t>{100, 0, 1, 2}));
+}
+
+TEST_P(RuntimeCapture, work_launched_during_a_replay_on_the_caller_runs_after_it) {
+  auto s = device().create_stream();
+  Log log;
+  s->begin_capture(pool());
+  s->launch(sleep_then_append, entry(log, 1), "sleep_then_append");
+  auto exec = s->end_capture().instantiate();
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s->launch(append, entry(log, 2), "append");  // while the replay sleeps
+  });
+  sg::GraphExec::LaunchOptions options;
+  options.on_caller = true;
+  exec->launch(*s, {}, options);
+  other.join();
+  s->synchronize();
+  std::lock_guard lock(log.mutex);
+  EXPECT_EQ(log.values, (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST_P(RuntimeCapture, a_kernel_error_in_a_replay_on_the_caller_is_sticky_until_synchronize) {
+  auto s = device().create_stream();
+  s->begin_capture(pool());
+  s->launch(fail_kernel, sg::ArgBlock{}, "failing_node");
+  auto exec = s->end_capture().instantiate();
+  sg::GraphExec::LaunchOptions options;
+  options.on_caller = true;
+  EXPECT_NO_THROW(exec->launch(*s, {}, options));
+  EXPECT_THROW(s->synchronize(), sg::Error);
   EXPECT_NO_THROW(s->synchronize());
 }
 

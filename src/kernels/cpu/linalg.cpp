@@ -307,12 +307,13 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
 // packs the same way, reading 16 contiguous floats per k, and runs this
 // kernel at any number of rows (product()).
 
-// out[i, 0..cols) for R rows of x over k in [0, kc), continuing the sums
-// already in out when `resume` (a later block of k: storing a float and
-// loading it back is exact, so the chain is unbroken).
+// out[i, 0..cols) for R rows of x over k in [0, kc), with the block's kTileCols
+// weights for each k at packed[c * ldp], continuing the sums already in out
+// when `resume` (a later block of k: storing a float and loading it back is
+// exact, so the chain is unbroken).
 template <int R>
-void tile_rows(const float* packed, const float* x, std::int64_t ldx, std::int64_t kc, float* out,
-               std::int64_t ldo, std::int64_t cols, bool resume) {
+void tile_rows(const float* packed, std::int64_t ldp, const float* x, std::int64_t ldx,
+               std::int64_t kc, float* out, std::int64_t ldo, std::int64_t cols, bool resume) {
   vec::F8 acc[R][2] = {};
   if (resume) {
     for (int i = 0; i < R; ++i) {
@@ -324,8 +325,8 @@ void tile_rows(const float* packed, const float* x, std::int64_t ldx, std::int64
   }
   for (std::int64_t c = 0; c < kc; ++c) {
     vec::F8 b0, b1;
-    std::memcpy(&b0, packed + c * kTileCols, sizeof b0);
-    std::memcpy(&b1, packed + c * kTileCols + vec::kLanes, sizeof b1);
+    std::memcpy(&b0, packed + c * ldp, sizeof b0);
+    std::memcpy(&b1, packed + c * ldp + vec::kLanes, sizeof b1);
     for (int i = 0; i < R; ++i) {
       const vec::F8 a = vec::splat(x[i * ldx + c]);
       acc[i][0] = vec::fmadd(a, b0, acc[i][0]);  // Note [Explicit fma] in vec.h
@@ -368,12 +369,23 @@ void tile_part(const float* w, std::int64_t wn, std::int64_t wk, const float* x,
   alignas(64) float packed[kTileDepth * kTileCols];  // 32 KiB: L1
   for (std::int64_t b = begin; b < end; ++b) {
     const std::int64_t r0 = b * kTileCols, cols = std::min(kTileCols, n - r0);
+    // A row-major b[K, N] already holds a whole block's kTileCols weights for
+    // each k contiguously: with no more rows than one tile, the packed copy
+    // would be read once, so the tile reads b in place (the same chains, so
+    // the same bits).
+    const bool in_place = wn == 1 && cols == kTileCols && m <= kTileRows;
     for (std::int64_t k0 = 0; k0 < k; k0 += kTileDepth) {
       const std::int64_t kc = std::min(kTileDepth, k - k0);
-      pack_block(w, wn, wk, r0, cols, k0, kc, packed);
+      const float* block = w + k0 * wk + r0 * wn;
+      std::int64_t ldp = wk;
+      if (!in_place) {
+        pack_block(w, wn, wk, r0, cols, k0, kc, packed);
+        block = packed;
+        ldp = kTileCols;
+      }
       std::int64_t i = 0;
       const auto tile = [&]<int R>() {
-        tile_rows<R>(packed, x + i * ldx + k0, ldx, kc, out + i * ldo + r0, ldo, cols, k0 > 0);
+        tile_rows<R>(block, ldp, x + i * ldx + k0, ldx, kc, out + i * ldo + r0, ldo, cols, k0 > 0);
         i += R;
       };
       while (i + kTileRows <= m) tile.template operator()<kTileRows>();

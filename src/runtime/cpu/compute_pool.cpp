@@ -5,7 +5,7 @@
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
-#include "spin.h"
+#include "runtime/spin.h"
 
 namespace sinkgraph::cpu_device {
 
@@ -52,7 +52,7 @@ void ComputePool::helper_loop(int index, std::uint64_t seen) {
       word = word_.load(std::memory_order_acquire);
       return word != seen;
     };
-    if (!spin_until(spin_ns_, changed)) {
+    if (!runtime::spin_until(spin_ns_, changed)) {
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       while (!changed()) word_.wait(seen, std::memory_order_seq_cst);
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
@@ -97,7 +97,7 @@ void ComputePool::run(int parts, PartFn fn, void* arg) {
   for (int p = shared; p < parts; ++p) run_part(p);  // more parts than threads
 
   const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(spin_ns_, done)) {
+  if (!runtime::spin_until(spin_ns_, done)) {
     caller_parked_.store(true, std::memory_order_seq_cst);
     for (int left = pending_.load(std::memory_order_seq_cst); left != 0;
          left = pending_.load(std::memory_order_seq_cst)) {

@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "compute_pool.h"
+#include "runtime/spin.h"
 #include "sinkgraph/allocator.h"
 #include "sinkgraph/device_graph.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
-#include "spin.h"
 
 namespace sinkgraph::cpu_device {
 
@@ -96,6 +96,38 @@ void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
   }
 }
 
+// Note [Replays on the caller] (device_graph.h): when every entry enqueued so
+// far has completed, the calling thread runs `fn` itself, holding the
+// producer lock so that nothing can be enqueued behind it until it is done:
+// stream order is kept, the worker stays parked, and the call pays no
+// hand-off. Counted, traced and failed (a sticky error) as on the worker.
+void CpuStream::run_on_caller(KernelFn fn, const ArgBlock& args, const char* name) {
+  if (is_capturing() || any_capture_active()) {
+    launch(fn, args, name);  // recorded, or refused, as any launch
+    if (!is_capturing()) wait_completed(tail_.load(std::memory_order_acquire));
+    return;
+  }
+  {
+    std::unique_lock lock(producer_mutex_);
+    if (completed_.load(std::memory_order_seq_cst) == tail_.load(std::memory_order_relaxed)) {
+      Context ctx(*this);
+      const std::int64_t start = now_ns();
+      std::int64_t expected = 0;
+      first_launch_ns_.compare_exchange_strong(expected, start, std::memory_order_relaxed);
+      launches_.fetch_add(1, std::memory_order_relaxed);
+      Entry entry;
+      entry.kind = Kind::kernel;
+      entry.fn = fn;
+      entry.name = name;
+      std::memcpy(static_cast<void*>(&entry.args), &args, args.used_bytes());
+      run(entry, ctx);
+      return;
+    }
+  }
+  launch(fn, args, name);
+  wait_completed(tail_.load(std::memory_order_acquire));
+}
+
 void CpuStream::record(Event& event) {
   if (is_capturing() && capture_record(event)) return;
   const auto& state = event.state();
@@ -137,11 +169,11 @@ void CpuStream::worker_loop() {
     if (tail == head) {
       const std::int64_t deadline = now_ns() + spin_ns_;
       for (int i = 0; tail == head; ++i) {
-        cpu_relax();
+        runtime::cpu_relax();
         tail = tail_.load(std::memory_order_acquire);
         if ((i & 63) == 63) {
           if (now_ns() >= deadline) break;
-          spin_yield();
+          runtime::spin_yield();
         }
       }
       if (tail == head) {
@@ -189,23 +221,12 @@ void CpuStream::run(Entry& entry, Context& ctx) {
     case Kind::record: {
       const std::int64_t t = now_ns();
       entry.event->timestamp_ns.store(t, std::memory_order_relaxed);
-      entry.event->completed.store(entry.generation, std::memory_order_release);
-      entry.event->completed.notify_all();
+      runtime::advance(entry.event->completed, entry.generation);
       last_completion_ns_.store(t, std::memory_order_relaxed);
       break;
     }
     case Kind::wait: {
-      auto& completed = entry.event->completed;
-      const std::int64_t deadline = now_ns() + spin_ns_;
-      std::uint64_t done = completed.load(std::memory_order_acquire);
-      for (int i = 0; done < entry.generation; ++i) {
-        if ((i & 63) == 63 && now_ns() >= deadline) {
-          completed.wait(done, std::memory_order_acquire);
-        } else {
-          cpu_relax();
-        }
-        done = completed.load(std::memory_order_acquire);
-      }
+      runtime::wait_at_least(entry.event->completed, entry.generation, spin_ns_);
       break;
     }
     case Kind::stop:
@@ -214,22 +235,11 @@ void CpuStream::run(Entry& entry, Context& ctx) {
 }
 
 void CpuStream::wait_completed(std::uint64_t target) const {
-  // With a compute thread on every core, a spinning host thread takes a core
-  // from the work it waits for (Note [Compute threads]): it spins only long
-  // enough to catch a short step (a small model's token, read by the host
-  // each step), then parks.
-  constexpr std::int64_t kShortSpinNs = 50'000;
-  const std::int64_t spin_ns =
-      sinkgraph::num_threads() >= available_cores() ? std::min(spin_ns_, kShortSpinNs) : spin_ns_;
-  const std::int64_t deadline = now_ns() + spin_ns;
-  for (int i = 0; completed_.load(std::memory_order_acquire) < target; ++i) {
-    cpu_relax();
-    if ((i & 63) == 63) {
-      if (now_ns() >= deadline) break;
-      spin_yield();
-    }
+  // Note [Spin, yield, park]; the worker notifies only a parked host thread.
+  if (runtime::spin_until(runtime::waiter_spin_ns(spin_ns_),
+                          [&] { return completed_.load(std::memory_order_acquire) >= target; })) {
+    return;
   }
-  if (completed_.load(std::memory_order_acquire) >= target) return;
   host_waiting_.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     const std::uint64_t done = completed_.load(std::memory_order_seq_cst);

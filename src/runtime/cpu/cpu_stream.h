@@ -36,6 +36,7 @@ class CpuStream final : public Stream {
   void wait(const Event& event) override;
   void wait(const ReplayFence& fence) override;
   void synchronize() override;
+  void run_on_caller(KernelFn fn, const ArgBlock& args, const char* name) override;
   [[nodiscard]] bool query() const override;
   [[nodiscard]] std::uint64_t submitted() const override;
   [[nodiscard]] std::uint64_t completed() const override;

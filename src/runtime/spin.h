@@ -1,0 +1,101 @@
+#pragma once
+// How the runtime's threads wait for each other: spin, offering the core,
+// then park (Note [Spin, yield, park]).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "sinkgraph/device.h"
+#include "sinkgraph/stream.h"
+
+namespace sinkgraph::runtime {
+
+// Note [Spin, yield, park]
+// Every wait in the runtime (a stream's worker for work, a host thread in
+// synchronize() or reading a replay's output, a replay for the previous one or
+// for a node on another stream, a compute helper for its part) is the same
+// three steps:
+//  1. spin with the CPU's pause hint, so a short wait costs no system call;
+//  2. every 64 spins, offer the core (sched_yield) and check a deadline: on an
+//     idle machine the yield returns at once, but when threads outnumber cores
+//     a pure spin holds the core the awaited thread needs for a whole
+//     scheduler slice (CUDA's "spin, then yield");
+//  3. past the deadline, park on the atomic (a futex wait) until it changes.
+// Waking is the other half. std::atomic<uint64_t>::notify_all() is a futex
+// system call whether or not anyone is parked (libstdc++ keeps no waiter
+// count for 8-byte atomics), and a replay advances several such counters: a
+// one-kernel replay spent more time in futex_wake than in its kernel. So a
+// parked waiter registers in parked_waiters() first, the advancing thread
+// stores with seq_cst and calls wake() only when someone is registered, and
+// the two seq_cst accesses on each side guarantee that either the waiter sees
+// the new value or the advancing thread sees the waiter.
+// A waiter that pure-spins without step 2 halves a 2-thread kernel on a
+// 2-core machine: measured in issue 33 (bench_compiled_call), a replay's host
+// read spun 4096 pauses without yielding and its kernels ran 1.6x slower.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+inline void spin_yield() { std::this_thread::yield(); }
+
+// Spins until pred() holds or `spin_ns` pass, offering the core every 64
+// spins. True when pred() held; the caller parks otherwise.
+template <typename Pred>
+bool spin_until(std::int64_t spin_ns, Pred&& pred) {
+  if (spin_ns <= 0) return pred();
+  const std::int64_t deadline = now_ns() + spin_ns;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63) {
+      if (now_ns() >= deadline) return pred();
+      spin_yield();
+    }
+  }
+}
+
+// How long a thread that is not a compute thread (the host, or a replay
+// waiting for another stream) spins before it parks: `spin_ns` normally, but
+// only long enough to catch a short step when compute threads fill every core
+// (Note [Compute threads]), because its spin takes a core from them.
+inline std::int64_t waiter_spin_ns(std::int64_t spin_ns) {
+  constexpr std::int64_t kShortSpinNs = 50'000;
+  return sinkgraph::num_threads() >= available_cores() ? std::min(spin_ns, kShortSpinNs) : spin_ns;
+}
+
+// The spin time of a stream created with default StreamOptions.
+inline constexpr std::int64_t kDefaultSpinNs = kDefaultSpinUs * 1000;
+
+// Threads parked in wait_at_least(), in the whole process.
+inline std::atomic<int> g_parked_waiters{0};
+
+// Advances a counter that wait_at_least() may be parked on.
+inline void advance(std::atomic<std::uint64_t>& value, std::uint64_t to) {
+  value.store(to, std::memory_order_seq_cst);
+  if (g_parked_waiters.load(std::memory_order_seq_cst) > 0) value.notify_all();
+}
+
+// Wakes the waiters of a counter advanced by other means (a compare-exchange)
+// with a seq_cst read-modify-write.
+inline void wake(std::atomic<std::uint64_t>& value) {
+  if (g_parked_waiters.load(std::memory_order_seq_cst) > 0) value.notify_all();
+}
+
+// Waits until value >= target: spin and yield for `spin_ns`, then park. The
+// counter must be advanced through advance() or wake().
+inline void wait_at_least(const std::atomic<std::uint64_t>& value, std::uint64_t target,
+                          std::int64_t spin_ns) {
+  if (spin_until(spin_ns, [&] { return value.load(std::memory_order_acquire) >= target; })) return;
+  g_parked_waiters.fetch_add(1, std::memory_order_seq_cst);
+  for (;;) {
+    const std::uint64_t now = value.load(std::memory_order_seq_cst);
+    if (now >= target) break;
+    value.wait(now, std::memory_order_seq_cst);
+  }
+  g_parked_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace sinkgraph::runtime
