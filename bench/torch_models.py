@@ -90,6 +90,13 @@ def model_table(small):
         "encoder": ("TransformerEncoderLayer(256, 4 heads, ff 1024), 1x32x256",
                     lambda: torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True),
                     seq),
+        # issue 33's targets: a layer small enough that host cost is most of
+        # a call, and resnet18 at 112x112
+        "encoder_small": ("TransformerEncoderLayer(64, 4 heads, ff 128), 1x10x64",
+                          lambda: torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
+                          lambda: (torch.randn(1, 10, 64),)),
+        "resnet18_112": ("resnet18, 1x3x112x112", lambda: torchvision.models.resnet18(),
+                         lambda: (torch.randn(1, 3, 112, 112),)),
         "decoder": ("TransformerDecoderLayer(256, 4 heads, ff 1024), tgt and memory 1x32x256",
                     lambda: torch.nn.TransformerDecoderLayer(256, 4, 1024, batch_first=True),
                     lambda: (torch.randn(1, 32, 256), torch.randn(1, 32, 256))),
@@ -287,7 +294,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("--models", default="all",
-                    help="comma-separated keys (default: all): encoder, decoder, mha, mlp, "
+                    help="comma-separated keys (default: all): encoder, encoder_small, decoder, mha, mlp, "
                          "resnet18, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit")
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 7; 3 with --small)")
     ap.add_argument("--threads", type=int, default=1,

@@ -35,8 +35,13 @@ def to_sg(t):
     return _C.from_dlpack(torch.utils.dlpack.to_dlpack(t))
 
 
+# torch's own entry for a DLPack capsule: the public from_dlpack first checks
+# for the __dlpack__ protocol, which a capsule does not have.
+_from_dlpack = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
+
+
 def to_torch(t):
-    return torch.utils.dlpack.from_dlpack(_C.to_dlpack(t))
+    return _from_dlpack(_C.to_dlpack(t))
 
 
 def _inplace_writes(graph):
@@ -170,14 +175,11 @@ class Region:
         mutated = {n.args[0] for n in gm.graph.nodes
                    if n.op == "call_function" and n.target is torch.ops.aten.copy_.default}
         arg_names, param_args = [], []
-        self.params = set()  # argument indices read as params (looked up per argument per call)
         for i, ph in enumerate(placeholders):
             kind = kinds[i]
             arg_names.append(("p_" if kind == PARAM else "in_") + ph.name)
             if kind == PARAM and ph not in mutated:
                 param_args.append(i)
-                self.params.add(i)
-        self.frozen = bool(config.frozen_parameter)
         self.out_orders = _output_orders(gm)
         # Note [Shape keys in the PyTorch front end]
         # Converters read concrete shapes, so each input shape (and each value
@@ -190,40 +192,31 @@ class Region:
         options = [(k, v) for k, v in config.cxx_options() if k != "recompile_limit"]
         options.append(("recompile_limit", str(config.capture_limit)))
         self.graph = _C.CompiledGraph(self.runner, options, name, arg_names, param_args)
-        self._cached = {}  # param index -> (torch tensor, data_ptr, version, sinkgraph tensor)
+        # Note [Torch arguments in one call] (python/src/module.cpp): the C++
+        # side binds arguments and returns torch tensors, through these.
+        self.graph.bind_torch(torch.Tensor, torch.utils.dlpack.to_dlpack, _from_dlpack)
+        self._plain_single = None  # see __call__
         info(f"region @{name}: compiled for mode {config.mode}: "
              f"{sum(1 for n in gm.graph.nodes if n.op == 'call_function')} ATen nodes, "
              f"{len(placeholders)} inputs ({len(param_args)} params)")
 
-    def _param(self, i, t):
-        c = self._cached.get(i)
-        ptr = t.data_ptr()
-        if c is not None and c[0] is t and c[1] == ptr:
-            if self.frozen and t._version != c[2]:
-                raise _C.Error(f"region @{self.name}: parameter {i} was written in place after "
-                               "it was frozen (frozen_parameter=True promises parameters never "
-                               "change); set frozen_parameter=False to update weights")
-            return c[3]
-        s = to_sg(t)
-        self._cached[i] = (t, ptr, t._version, s)
-        return s
+    def _plain(self, single, layout):
+        """True when every output is a tensor, in order, with contiguous strides:
+        the region's outputs are then returned as they come."""
+        return (layout == list(range(len(layout))) and
+                all(o is None for o in self.out_orders[:len(layout)]))
 
     def __call__(self, *args):
-        params = self._cached if self.params else None
-        values = []
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
-                values.append(self._param(i, a) if params is not None and i in self.params
-                              else to_sg(a))
-            elif isinstance(a, (int, torch.SymInt)):
-                values.append(int(a))
-            else:
-                raise _C.Error(f"region @{self.name}: argument {i} is a {type(a).__name__}; "
-                               "expected a tensor or an integer")
-        outs = self.graph(values)
+        outs = self.graph.call_torch(args)
         layouts = self.runner.output_layouts
         if len(layouts) == 1:
+            # One shape traced so far: its layout never changes (another shape
+            # adds a second entry), so whether it is plain is decided once.
             single, layout = next(iter(layouts.values()))
+            if self._plain_single is None:
+                self._plain_single = self._plain(single, layout)
+            if self._plain_single:
+                return outs[0] if single else tuple(outs)
         else:
             single, layout = layouts[RegionRunner.shape_key(args)]
         result = []
@@ -231,7 +224,7 @@ class Region:
             if not isinstance(s, int):
                 result.append(s[1])
                 continue
-            t = to_torch(outs[s])
+            t = outs[s]
             order = self.out_orders[k]
             if order is not None and t.ndim == len(order):
                 # Note [Output strides]: torch code after the region (a

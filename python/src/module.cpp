@@ -117,11 +117,61 @@ py::dict counters_dict(const sg::GraphCounters& c) {
   return d;
 }
 
+// Note [Torch arguments in one call]
+// A region's call used to convert its arguments in Python, one by one: a
+// cached parameter checked for identity, address and version, a user tensor
+// through DLPack, then each output back. At about 0.3 us of interpreter time
+// per argument that was most of a small module's call (the nn.Linear of
+// bench/torch_models.py's fixed-cost row has 3 arguments; a transformer
+// layer 13). call_torch() does it here, in one crossing: torch stays in
+// Python, reached only through the callables bind_torch() was given
+// (torch.Tensor, to_dlpack, from_dlpack) and the tensors' own data_ptr() and
+// _version. A parameter's sinkgraph tensor is cached per argument slot and
+// reused while the same tensor object arrives at the same address; its
+// version is compared only under frozen_parameter (where a write must raise).
+struct TorchHooks {
+  py::object tensor_type;  // torch.Tensor
+  py::object to_dlpack;    // torch tensor -> capsule
+  py::object from_dlpack;  // capsule -> torch tensor
+};
+
+struct ParamSlot {
+  py::object tensor;  // the torch tensor last bound here (held: its id stays unique)
+  std::uintptr_t address = 0;
+  std::int64_t version = 0;
+  sg::Tensor bound;
+};
+
+std::int64_t int_attr(const py::handle& obj, PyObject* name) {
+  py::object v = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name));
+  if (!v) throw py::error_already_set();
+  return v.cast<std::int64_t>();
+}
+
+std::uintptr_t data_address(const py::handle& tensor) {
+  static PyObject* name = PyUnicode_InternFromString("data_ptr");
+  py::object v = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(tensor.ptr(), name));
+  if (!v) throw py::error_already_set();
+  return v.cast<std::uintptr_t>();
+}
+
+std::int64_t tensor_version(const py::handle& tensor) {
+  static PyObject* name = PyUnicode_InternFromString("_version");
+  return int_attr(tensor, name);
+}
+
 class CompiledGraph {
  public:
   CompiledGraph(py::function fn, const std::vector<std::pair<std::string, std::string>>& options,
                 const std::string& name, std::vector<std::string> arg_names,
-                std::vector<int> param_args) {
+                std::vector<int> param_args)
+      : name_(name), frozen_(config_from(options).frozen_parameter) {
+    for (const int i : param_args) {
+      if (i >= static_cast<int>(is_param_.size()))
+        is_param_.resize(static_cast<std::size_t>(i) + 1);
+      is_param_[static_cast<std::size_t>(i)] = true;
+    }
+    slots_.resize(is_param_.size());
     sg::TraceOptions trace;
     trace.graph_name = name;
     trace.arg_names = std::move(arg_names);
@@ -179,6 +229,45 @@ class CompiledGraph {
     return out;
   }
 
+  void bind_torch(py::object tensor_type, py::object to_dlpack, py::object from_dlpack) {
+    hooks_ = {std::move(tensor_type), std::move(to_dlpack), std::move(from_dlpack)};
+  }
+
+  // Note [Torch arguments in one call]: torch tensors and integers in, the
+  // tensor outputs out as torch tensors.
+  py::list call_torch(const py::sequence& values) {
+    SG_CHECK(hooks_.tensor_type, "region @", name_, ": bind_torch() was not called");
+    std::vector<sg::Arg> args;
+    const auto n = static_cast<std::size_t>(py::len(values));
+    args.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const py::handle v = values[i];
+      if (PyObject_IsInstance(v.ptr(), hooks_.tensor_type.ptr()) == 1) {
+        if (i < is_param_.size() && is_param_[i]) {
+          args.emplace_back(param(i, v));
+        } else {
+          args.emplace_back(sg::python::from_dlpack(hooks_.to_dlpack(v)));
+        }
+      } else if (PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0) {
+        args.emplace_back(v.cast<std::int64_t>());
+      } else {
+        SG_CHECK(false, "region @", name_, ": argument ", i, " is a ",
+                 py::type::of(v).attr("__name__").cast<std::string>(),
+                 "; expected a tensor or an integer");
+      }
+    }
+    std::vector<sg::Tensor> out;
+    {
+      py::gil_scoped_release release;
+      out = fn_->call(args, {.wait = true});
+    }
+    py::list result(out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      result[k] = hooks_.from_dlpack(sg::python::to_dlpack(out[k]));
+    }
+    return result;
+  }
+
   [[nodiscard]] std::string explain() const { return fn_->explain(false); }
   [[nodiscard]] py::dict counters() const { return counters_dict(fn_->counters()); }
   [[nodiscard]] std::size_t num_graphs() const { return fn_->num_graphs(); }
@@ -191,6 +280,30 @@ class CompiledGraph {
   void reset() { fn_->reset(); }
 
  private:
+  // Argument slot i's parameter as a sinkgraph tensor (Note [Torch arguments
+  // in one call]).
+  const sg::Tensor& param(std::size_t i, const py::handle& tensor) {
+    ParamSlot& slot = slots_[i];
+    const std::uintptr_t address = data_address(tensor);
+    if (slot.tensor.ptr() == tensor.ptr() && slot.address == address) {
+      SG_CHECK(!frozen_ || tensor_version(tensor) == slot.version, "region @", name_,
+               ": parameter ", i,
+               " was written in place after it was frozen (frozen_parameter=True promises "
+               "parameters never change); set frozen_parameter=False to update weights");
+      return slot.bound;
+    }
+    slot.bound = sg::python::from_dlpack(hooks_.to_dlpack(tensor));
+    slot.tensor = py::reinterpret_borrow<py::object>(tensor);
+    slot.address = address;
+    slot.version = frozen_ ? tensor_version(tensor) : 0;
+    return slot.bound;
+  }
+
+  std::string name_;
+  bool frozen_ = false;
+  std::vector<bool> is_param_;  // by argument index
+  std::vector<ParamSlot> slots_;
+  TorchHooks hooks_;
   std::shared_ptr<sg::CompiledFunction> fn_;
   std::shared_ptr<py::function> holder_;
 };
@@ -264,6 +377,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("fn"), py::arg("options"), py::arg("name"), py::arg("arg_names"),
            py::arg("param_args"))
       .def("__call__", &CompiledGraph::call)
+      .def("bind_torch", &CompiledGraph::bind_torch, py::arg("tensor_type"), py::arg("to_dlpack"),
+           py::arg("from_dlpack"))
+      .def("call_torch", &CompiledGraph::call_torch)
       .def("explain", &CompiledGraph::explain)
       .def("counters", &CompiledGraph::counters)
       .def("num_graphs", &CompiledGraph::num_graphs)

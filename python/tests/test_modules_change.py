@@ -39,6 +39,25 @@ def test_a_reassigned_weight_recaptures_and_is_counted(mode):
     assert c["recapture_due_to_parameter_change"] >= 1, c
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_weight_given_new_memory_under_the_same_object_is_seen(mode):
+    # `param.data = t` keeps the Parameter object (Dynamo's guards still pass)
+    # but moves its memory: the region's cached binding of that argument must
+    # not keep reading the old memory (Note [Torch arguments in one call]).
+    model = _net()
+    backend = make_backend(mode)
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        opt(x)
+        weight = model[0].weight
+        weight.data = torch.randn(8, 8)
+        assert model[0].weight is weight
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    c = sinkgraph.counters(backend)
+    assert c["recapture_due_to_parameter_change"] >= 1, c
+
+
 def test_frozen_parameter_refuses_a_weight_written_in_place():
     model = _net()
     opt = torch.compile(model, backend=make_backend("reduce-overhead", frozen_parameter=True))
