@@ -120,9 +120,18 @@ def modules_part(args, torch, sinkgraph):
     cfg.mode = "reduce-overhead"
     backend = sinkgraph.get_backend(compiler_config=cfg)
 
-    def mlp():
-        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
-                                   torch.nn.Linear(128, 64)).eval()
+    def mlp(i=0):
+        # Each module gets a forward of its own (a new code object), so that
+        # Dynamo compiles it as its own frame: its own graph, region and pool.
+        # Instances of one class share one Dynamo graph instead, and in
+        # reduce-overhead each instance's parameter addresses are a new graph
+        # key of that graph (docs/performance.md, "Many compiled modules").
+        ns = {}
+        exec(f"def forward(self, x):\n    return self.l2(self.act(self.l1(x))) * {1 + i}", ns)
+        cls = type(f"Mlp{i}", (torch.nn.Module,), {"forward": ns["forward"]})
+        m = cls()
+        m.l1, m.act, m.l2 = torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)
+        return m.eval()
 
     torch.manual_seed(0)
     x = torch.randn(4, 64)
@@ -132,13 +141,13 @@ def modules_part(args, torch, sinkgraph):
     counts = sorted(int(c) for c in args.counts.split(","))
     print(f"per-call time of one compiled MLP (64-128-64, 4 rows, reduce-overhead) after N other "
           f"compiled modules; {args.rounds} rounds x {args.calls} calls")
-    print(f"{'N':>5} {'us per call':>22} {'torch eager':>22}")
+    print(f"{'N':>5} {'us per call':>22} {'torch eager':>22} {'speed-up vs eager':>22}")
     rows = []
     with torch.no_grad():
         want = probe_model(x)
         for n in counts:
             while len(others) < n:
-                m = torch.compile(mlp(), backend=backend)
+                m = torch.compile(mlp(len(others) + 1), backend=backend)
                 m(x)
                 others.append(m)
             for _ in range(50):
@@ -146,7 +155,9 @@ def modules_part(args, torch, sinkgraph):
             torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
             res = interleave({"probe": probe, "eager": probe_model}, x, args.rounds, args.calls)
             rows.append((n, res["probe"], res["eager"]))
-            print(f"{n:>5} {spread(res['probe']):>22} {spread(res['eager']):>22}")
+            ratio = [e / p for p, e in zip(res["probe"], res["eager"])]
+            print(f"{n:>5} {spread(res['probe']):>22} {spread(res['eager']):>22} "
+                  f"{spread(ratio):>22}")
     return rows
 
 

@@ -294,8 +294,9 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("--models", default="all",
-                    help="comma-separated keys (default: all): encoder, encoder_small, decoder, mha, mlp, "
-                         "resnet18, mobilenet_v3_small, efficientnet_b0, convnext_tiny, vit")
+                    help="comma-separated keys (default: all): encoder, encoder_small, decoder, "
+                         "mha, mlp, resnet18, resnet18_112, mobilenet_v3_small, efficientnet_b0, "
+                         "convnext_tiny, vit")
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 7; 3 with --small)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch.set_num_threads and SINKGRAPH_NUM_THREADS (default 1)")
