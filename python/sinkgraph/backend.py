@@ -104,7 +104,8 @@ class CompiledAtenGraph:
              f"{self.folded} folded, {len(self.regions)} sinkgraph regions, "
              f"{len(self.fallback)} fallback nodes")
         # One region that is the whole graph: call it directly, without the FX module.
-        self.fn = self.regions[0] if self._whole_graph_region(gm) else gm
+        self.whole = self._whole_graph_region(gm)
+        self.fn = self.regions[0] if self.whole else gm
 
     @staticmethod
     def _whole_graph_region(gm):
@@ -125,10 +126,18 @@ class CompiledAtenGraph:
         return all(o is it and it.target is operator.getitem and it.args == (region, i)
                    for i, (o, it) in enumerate(zip(out, items)))
 
+    # AOTAutograd's boxed convention: called with one list, which the callee
+    # owns (and clears, so the inputs can be freed early).
+    _boxed_call = True
+
     def __call__(self, args):
-        result = self.fn(*args)
-        args.clear()  # boxed convention: the callee owns the list
-        return list(result) if isinstance(result, (tuple, list)) else [result]
+        if self.whole:
+            out = self.fn.call_list(args)
+        else:
+            result = self.fn(*args)
+            out = list(result) if isinstance(result, (tuple, list)) else [result]
+        args.clear()
+        return out
 
     def counters(self):
         total = {}
@@ -185,7 +194,7 @@ class Backend:
                 compiled = CompiledAtenGraph(aten_gm, k, config, name, kind, why)
                 with _LOCK:
                     self.compiled.append(compiled)
-                return _boxed(compiled)
+                return compiled
 
             return compile_graph
 
@@ -221,14 +230,6 @@ class Backend:
     def reset_counters(self):
         with _LOCK:
             self.compiled.clear()
-
-
-def _boxed(compiled):
-    def run(args):
-        return compiled(args)
-
-    run._boxed_call = True
-    return run
 
 
 def get_backend(compiler_config=None, custom_decompositions=None):

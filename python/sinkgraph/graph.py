@@ -207,7 +207,18 @@ class Region:
                 all(o is None for o in self.out_orders[:len(layout)]))
 
     def __call__(self, *args):
+        return self._finish(self.graph.call_torch(args), args)
+
+    def call_list(self, args):
+        """The outputs as a list, for a boxed call of a graph that is this region alone."""
         outs = self.graph.call_torch(args)
+        if self._plain_single and len(self.runner.output_layouts) == 1:
+            return outs
+        result = self._finish(outs, args)
+        return list(result) if isinstance(result, tuple) else [result]
+
+    def _finish(self, outs, args):
+        """Torch's view of the outputs: constants put back, strides restored."""
         layouts = self.runner.output_layouts
         if len(layouts) == 1:
             # One shape traced so far: its layout never changes (another shape

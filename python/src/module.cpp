@@ -143,14 +143,14 @@ struct ParamSlot {
 };
 
 std::int64_t int_attr(const py::handle& obj, PyObject* name) {
-  py::object v = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name));
+  auto v = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj.ptr(), name));
   if (!v) throw py::error_already_set();
   return v.cast<std::int64_t>();
 }
 
 std::uintptr_t data_address(const py::handle& tensor) {
   static PyObject* name = PyUnicode_InternFromString("data_ptr");
-  py::object v = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(tensor.ptr(), name));
+  auto v = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(tensor.ptr(), name));
   if (!v) throw py::error_already_set();
   return v.cast<std::uintptr_t>();
 }
@@ -248,7 +248,7 @@ class CompiledGraph {
         } else {
           args.emplace_back(sg::python::from_dlpack(hooks_.to_dlpack(v)));
         }
-      } else if (PyLong_Check(v.ptr()) != 0 && PyBool_Check(v.ptr()) == 0) {
+      } else if (PyLong_Check(v.ptr()) != 0) {  // bool included, as int(a) took it
         args.emplace_back(v.cast<std::int64_t>());
       } else {
         SG_CHECK(false, "region @", name_, ": argument ", i, " is a ",

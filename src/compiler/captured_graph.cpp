@@ -135,8 +135,7 @@ class CapturedGraph final : public ConcreteGraph {
 
   std::unique_ptr<Entry> capture(std::span<const ir::RtValue> inputs, GraphKey key);
   std::vector<ir::RtValue> replay(Entry& e, std::span<const ir::RtValue> inputs,
-                                  const std::vector<std::int64_t>& values,
-                                  const CallOptions& options);
+                                  const std::vector<std::int64_t>& values, const CallOptions& call);
   std::vector<ir::RtValue> run_eagerly(std::span<const ir::RtValue> inputs) {
     policy_.on_eager_fallback_call();
     return ir::interpret(*graph_, inputs);

@@ -293,6 +293,9 @@ TEST(compile, calls_that_wait_give_the_values_of_plain_calls_in_every_mode) {
     sg::CompilerConfig c = config_with_mode(mode);
     c.clone_output = true;  // outputs kept across calls from several threads
     auto fn = sg::compile(std::cref(mlp), sg::get_backend(c));
+    // Captured before the threads start: under capture_error_mode=global a
+    // capture forbids every other thread's device work while it runs.
+    (void)fn->call({sgtest::random_tensor({2, 64}, 99)}, {.wait = true});
     std::vector<std::thread> threads;
     std::atomic<int> wrong{0};
     for (int t = 0; t < 3; ++t) {

@@ -270,11 +270,6 @@ TEST(ops_matmul, random_shapes) {
       {{3, 5, 6}, {3, 6, 2}}, {{3, 5, 6}, {1, 6, 2}}, {{2, 3, 4, 5}, {2, 1, 5, 3}},
       {{2, 3, 4, 5}, {5, 3}}, {{4, 0}, {0, 3}},       {{0, 4}, {4, 3}},
       {{4, 3}, {3, 0}},       {{2, 1, 64}, {64, 64}},
-      // The tiled kernel reading b in place (at most one tile of rows, whole
-      // blocks of 16 columns), across a second block of K (resumed sums), and
-      // its packed path beside it (a partial block, more rows than a tile).
-      {{1, 600}, {600, 48}},  {{6, 530}, {530, 32}},  {{5, 37}, {37, 40}},
-      {{7, 20}, {20, 32}},
   };
   std::mt19937 rng(21);
   for (const auto& c : cases) {
@@ -287,6 +282,22 @@ TEST(ops_matmul, random_shapes) {
     EXPECT_EQ(sgtest::dims_of(out), want_shape);
     EXPECT_TRUE(
         all_close(out.to_floats(), ref::matmul(va, c.a, vb, c.b), kMatmulRtol, kMatmulAtol));
+  }
+}
+
+// The tiled kernel reads a row-major b in place with at most one tile of
+// rows and whole blocks of 16 columns (across a second block of K: resumed
+// sums), and packs it otherwise (a partial block, more rows than a tile).
+TEST(ops_matmul, tiled_kernel_in_place_and_packed_blocks) {
+  const MatmulCase cases[] = {
+      {{1, 600}, {600, 48}}, {{6, 530}, {530, 32}}, {{5, 37}, {37, 40}}, {{7, 20}, {20, 32}}};
+  std::mt19937 rng(23);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(sgtest::str(c.a) + " @ " + sgtest::str(c.b));
+    const auto va = sgtest::random_floats(rng, ref::numel(c.a));
+    const auto vb = sgtest::random_floats(rng, ref::numel(c.b));
+    EXPECT_TRUE(all_close(ops::matmul(make(va, c.a), make(vb, c.b)).to_floats(),
+                          ref::matmul(va, c.a, vb, c.b), kMatmulRtol, kMatmulAtol));
   }
 }
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "runtime/spin.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/stream.h"
-#include "runtime/spin.h"
 
 namespace sinkgraph::cpu_device {
 
