@@ -122,7 +122,7 @@ py::dict counters_dict(const sg::GraphCounters& c) {
 // cached parameter checked for identity, address and version, a user tensor
 // through DLPack, then each output back. At about 0.3 us of interpreter time
 // per argument that was most of a small module's call (the nn.Linear of
-// bench/torch_models.py's fixed-cost row has 3 arguments; a transformer
+// bench/python_call.py's fixed-cost part has 3 arguments; a transformer
 // layer 13). call_torch() does it here, in one crossing: torch stays in
 // Python, reached only through the callables bind_torch() was given
 // (torch.Tensor, to_dlpack, from_dlpack) and the tensors' own data_ptr() and
