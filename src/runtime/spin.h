@@ -22,17 +22,18 @@ namespace sinkgraph::runtime {
 //     a pure spin holds the core the awaited thread needs for a whole
 //     scheduler slice (CUDA's "spin, then yield");
 //  3. past the deadline, park on the atomic (a futex wait) until it changes.
+// A waiter that pure-spins without step 2 takes a core from the compute
+// threads: measured in issue 33 (bench_compiled_call, 2 threads, 2 cores), a
+// replay's host read spun 4096 pauses without yielding, its kernels ran 1.6x
+// slower and the whole call took about twice eager's time.
 // Waking is the other half. std::atomic<uint64_t>::notify_all() is a futex
 // system call whether or not anyone is parked (libstdc++ keeps no waiter
 // count for 8-byte atomics), and a replay advances several such counters: a
 // one-kernel replay spent more time in futex_wake than in its kernel. So a
-// parked waiter registers in parked_waiters() first, the advancing thread
-// stores with seq_cst and calls wake() only when someone is registered, and
-// the two seq_cst accesses on each side guarantee that either the waiter sees
-// the new value or the advancing thread sees the waiter.
-// A waiter that pure-spins without step 2 halves a 2-thread kernel on a
-// 2-core machine: measured in issue 33 (bench_compiled_call), a replay's host
-// read spun 4096 pauses without yielding and its kernels ran 1.6x slower.
+// waiter registers in g_parked_waiters before it parks, the advancing thread
+// stores with seq_cst (advance()) and notifies only when someone is
+// registered, and the two seq_cst accesses on each side guarantee that either
+// the waiter sees the new value or the advancing thread sees the waiter.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
