@@ -70,13 +70,16 @@ inline std::int64_t waiter_spin_ns(std::int64_t spin_ns) {
 // The spin time of a stream created with default StreamOptions.
 inline constexpr std::int64_t kDefaultSpinNs = kDefaultSpinUs * 1000;
 
-// Threads parked in wait_at_least(), in the whole process.
+// Threads parked in wait_at_least(), in the whole process, for the counters
+// that keep no waiter count of their own (a stream's completion count does).
 inline std::atomic<int> g_parked_waiters{0};
 
-// Advances a counter that wait_at_least() may be parked on.
-inline void advance(std::atomic<std::uint64_t>& value, std::uint64_t to) {
+// Advances a counter that wait_at_least() may be parked on, registering its
+// waiters in `parked`.
+inline void advance(std::atomic<std::uint64_t>& value, std::uint64_t to,
+                    std::atomic<int>& parked = g_parked_waiters) {
   value.store(to, std::memory_order_seq_cst);
-  if (g_parked_waiters.load(std::memory_order_seq_cst) > 0) value.notify_all();
+  if (parked.load(std::memory_order_seq_cst) > 0) value.notify_all();
 }
 
 // Wakes the waiters of a counter advanced by other means (a compare-exchange)
@@ -85,18 +88,19 @@ inline void wake(std::atomic<std::uint64_t>& value) {
   if (g_parked_waiters.load(std::memory_order_seq_cst) > 0) value.notify_all();
 }
 
-// Waits until value >= target: spin and yield for `spin_ns`, then park. The
-// counter must be advanced through advance() or wake().
+// Waits until value >= target: spin and yield for `spin_ns`, then park,
+// registered in `parked`. The counter must be advanced through advance() (or
+// wake()) with the same `parked`.
 inline void wait_at_least(const std::atomic<std::uint64_t>& value, std::uint64_t target,
-                          std::int64_t spin_ns) {
+                          std::int64_t spin_ns, std::atomic<int>& parked = g_parked_waiters) {
   if (spin_until(spin_ns, [&] { return value.load(std::memory_order_acquire) >= target; })) return;
-  g_parked_waiters.fetch_add(1, std::memory_order_seq_cst);
+  parked.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     const std::uint64_t now = value.load(std::memory_order_seq_cst);
     if (now >= target) break;
     value.wait(now, std::memory_order_seq_cst);
   }
-  g_parked_waiters.fetch_sub(1, std::memory_order_seq_cst);
+  parked.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 }  // namespace sinkgraph::runtime

@@ -192,8 +192,7 @@ void CpuStream::worker_loop() {
     head_.store(head, std::memory_order_seq_cst);
     const std::uint64_t room_at = room_at_.load(std::memory_order_seq_cst);
     if (room_at != 0 && head >= room_at) head_.notify_all();
-    completed_.store(head, std::memory_order_seq_cst);
-    if (host_waiting_.load(std::memory_order_seq_cst) > 0) completed_.notify_all();
+    runtime::advance(completed_, head, host_waiting_);
     if (stop) return;
   }
 }
@@ -236,17 +235,7 @@ void CpuStream::run(Entry& entry, Context& ctx) {
 
 void CpuStream::wait_completed(std::uint64_t target) const {
   // Note [Spin, yield, park]; the worker notifies only a parked host thread.
-  if (runtime::spin_until(runtime::waiter_spin_ns(spin_ns_),
-                          [&] { return completed_.load(std::memory_order_acquire) >= target; })) {
-    return;
-  }
-  host_waiting_.fetch_add(1, std::memory_order_seq_cst);
-  for (;;) {
-    const std::uint64_t done = completed_.load(std::memory_order_seq_cst);
-    if (done >= target) break;
-    completed_.wait(done, std::memory_order_seq_cst);
-  }
-  host_waiting_.fetch_sub(1, std::memory_order_seq_cst);
+  runtime::wait_at_least(completed_, target, runtime::waiter_spin_ns(spin_ns_), host_waiting_);
 }
 
 void CpuStream::synchronize() {
