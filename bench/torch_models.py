@@ -30,6 +30,7 @@ Run from the repository root, after the release build, on a quiet machine:
   PYTHONPATH=build/release/python .venv/bin/python bench/torch_models.py
   ... --models mlp,resnet18 --rounds 7 --threads 1 --out build/bench-torch-models.json
   ... --small     # 64x64 images and 3 rounds (unless --rounds): a quick check only
+  ... --own-conv  # one more variant: max-autotune with oneDNN switched off
 
 --threads T (default 1) sets torch.set_num_threads(T), which Inductor's
 generated code also uses, and SINKGRAPH_NUM_THREADS=T before sinkgraph is
@@ -117,15 +118,31 @@ def model_table(small):
     }
 
 
-def make_variants(model, sinkgraph):
+OWN_KERNELS = "max-autotune, own conv"
+
+
+def make_variants(model, sinkgraph, own_kernels=False):
     """name -> (callable, sinkgraph Backend or None). torch.compile is lazy: the
-    compile happens on the first call."""
+    compile happens on the first call. With own_kernels, one more variant: the
+    max-autotune module itself, called with sinkgraph.set_use_onednn(False)
+    (the same captured graphs, convolutions on sinkgraph's own kernels)."""
     out = {BASE: (model, None), "inductor": (torch.compile(model), None)}
     for mode in ("eager", "reduce-overhead", "max-autotune"):
         cfg = sinkgraph.CompilerConfig()
         cfg.mode = mode
         backend = sinkgraph.get_backend(compiler_config=cfg)
         out["sinkgraph " + mode] = (torch.compile(model, backend=backend), backend)
+    if own_kernels:
+        compiled, backend = out["sinkgraph max-autotune"]
+
+        def without_onednn(*args):
+            sinkgraph.set_use_onednn(False)
+            try:
+                return compiled(*args)
+            finally:
+                sinkgraph.set_use_onednn(True)
+
+        out[OWN_KERNELS] = (without_onednn, backend)
     return out
 
 
@@ -181,7 +198,7 @@ def prepare(name, fn, inputs, want):
     return rec
 
 
-def bench_model(key, label, make_model, make_inputs, rounds, sinkgraph):
+def bench_model(key, label, make_model, make_inputs, rounds, sinkgraph, own_kernels=False):
     print(f"\n== {key}: {label}", flush=True)
     torch.manual_seed(0)
     model = make_model().eval()
@@ -190,7 +207,7 @@ def bench_model(key, label, make_model, make_inputs, rounds, sinkgraph):
               "inputs": [list(t.shape) for t in inputs], "variants": {}}
     with torch.no_grad():
         want = model(*inputs)
-        variants = make_variants(model, sinkgraph)
+        variants = make_variants(model, sinkgraph, own_kernels)
         recs = result["variants"]
         for name, (fn, backend) in variants.items():
             recs[name] = r = prepare(name, fn, inputs, want)
@@ -264,7 +281,7 @@ def print_model(result):
 
 def print_summary(results):
     """One line per model: every variant's speed-up over torch eager."""
-    names = VARIANTS[1:]
+    names = [n for n in VARIANTS[1:] + [OWN_KERNELS] if any(n in r["variants"] for r in results)]
     print("\nSpeed-up over torch eager: median of per-round ratios [min-max]")
     print("| model | torch eager | " + " | ".join(names) + " |")
     print("| --- " * (len(names) + 2) + "|")
@@ -273,7 +290,7 @@ def print_summary(results):
         base = recs[BASE]
         cells = [fmt_time(base["median_us"]) if "median_us" in base else base["status"]]
         for n in names:
-            rec = recs[n]
+            rec = recs.get(n, {"status": "-"})
             cells.append(fmt_speedup(rec) if "speedup_median" in rec else rec["status"])
         print(f"| {res['model']} | " + " | ".join(cells) + " |")
 
@@ -302,6 +319,9 @@ def main(argv=None):
                     help="torch.set_num_threads and SINKGRAPH_NUM_THREADS (default 1)")
     ap.add_argument("--small", action="store_true",
                     help="64x64 images and 3 rounds: a quick run, not a measurement")
+    ap.add_argument("--own-conv", action="store_true",
+                    help=f"add the variant '{OWN_KERNELS}': max-autotune with "
+                         "sinkgraph.set_use_onednn(False)")
     ap.add_argument("--out", default="build/bench-torch-models.json", help="the JSON file")
     args = ap.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (3 if args.small else 7)
@@ -326,7 +346,7 @@ def main(argv=None):
     meta = {"torch": torch.__version__, "torchvision": torchvision.__version__,
             "sinkgraph": sinkgraph.__version__, "python": platform.python_version(),
             "cpu": cpu_name(), "cpus": os.cpu_count(), "threads": args.threads,
-            "small": args.small, "rounds": rounds, "round_seconds": ROUND_SECONDS,
+            "small": args.small, "rounds": rounds, "onednn": sinkgraph.onednn_built(), "round_seconds": ROUND_SECONDS,
             "rtol": RTOL, "atol": ATOL, "argv": sys.argv[1:],
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     print(f"torch {meta['torch']}, torchvision {meta['torchvision']}, sinkgraph "
@@ -337,7 +357,7 @@ def main(argv=None):
 
     results = []
     for key in keys:
-        results.append(bench_model(key, *table[key], rounds, sinkgraph))
+        results.append(bench_model(key, *table[key], rounds, sinkgraph, args.own_conv))
         print_model(results[-1])
         torch._dynamo.reset()  # drop this model's compiled code before the next
         with open(args.out, "w") as f:  # after every model: a partial run keeps its figures

@@ -16,7 +16,7 @@ from .config import CompilerConfig
 from .visibility import counters, explain, reset_counters
 
 __all__ = ["Backend", "CompilerConfig", "Error", "counters", "explain", "get_backend",
-           "reset_counters", "set_log_level"]
+           "onednn_built", "reset_counters", "set_log_level", "set_use_onednn", "use_onednn"]
 
 __version__ = _C.version()
 
@@ -26,3 +26,21 @@ def set_log_level(level):
     compile, trace, capture, re-capture and fallback as it happens) or "debug";
     the environment variable SINKGRAPH_LOG sets the starting level."""
     _C.set_log_level(level)
+
+
+def set_use_onednn(use):
+    """Whether convolutions may run through oneDNN where it is faster than
+    sinkgraph's own kernels (on by default in a build with oneDNN); False keeps
+    every convolution on sinkgraph's own kernels. Applies from the next kernel
+    that runs, replays of graphs captured before included. See docs/python.md."""
+    _C.set_use_onednn(bool(use))
+
+
+def use_onednn():
+    """The switch set_use_onednn sets (False in a build without oneDNN)."""
+    return _C.use_onednn()
+
+
+def onednn_built():
+    """Whether this build of sinkgraph has oneDNN (CMake SINKGRAPH_ONEDNN)."""
+    return _C.onednn_built()

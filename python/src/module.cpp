@@ -23,6 +23,7 @@
 #include "sinkgraph/ir.h"
 #include "sinkgraph/log.h"
 #include "sinkgraph/op_registry.h"
+#include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
 #include "sinkgraph/version.h"
@@ -340,6 +341,10 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& name) { sg::set_log_level(sg::parse_log_level(name)); },
       py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
   m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
+  m.def("set_use_onednn", &sg::ops::set_use_onednn, py::arg("use"));
+  m.def("use_onednn", &sg::ops::use_onednn);
+  m.def("onednn_built", &sg::ops::onednn_built);
+  m.def("onednn_conv_calls", &sg::ops::onednn_conv_calls);
 
   m.def("from_dlpack", &sinkgraph::python::from_dlpack,
         "A torch tensor's memory (a DLPack capsule), not copied");

@@ -154,6 +154,27 @@ def test_resnet18(mode):
     check_model("resnet18", torchvision.models.resnet18(num_classes=10), images(64), mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_convolutions_through_onednn_and_through_our_own_kernels(mode):
+    """resnet18's 3x3 convolutions take oneDNN where the build has it (Note
+    [Convolutions through oneDNN]); with sinkgraph.set_use_onednn(False) the
+    same model runs them on sinkgraph's own kernels. Both agree with eager."""
+    if not sinkgraph.onednn_built():
+        pytest.skip("this build has no oneDNN (SINKGRAPH_ONEDNN=OFF)")
+    model = torchvision.models.resnet18(num_classes=10)
+    before = sinkgraph._C.onednn_conv_calls()
+    check_model("resnet18", model, images(64), mode, batch_sizes=(1,))
+    assert sinkgraph._C.onednn_conv_calls() > before
+    sinkgraph.set_use_onednn(False)
+    try:
+        assert not sinkgraph.use_onednn()
+        before = sinkgraph._C.onednn_conv_calls()
+        check_model("resnet18", model, images(64), mode, batch_sizes=(1,))
+        assert sinkgraph._C.onednn_conv_calls() == before
+    finally:
+        sinkgraph.set_use_onednn(True)
+
+
 def compiled_ir(backend):
     """The IR of every graph key of every region, after the passes."""
     return "\n".join(r.graph.graph_text(i) for g in backend.compiled for r in g.regions

@@ -1,11 +1,11 @@
 // conv2d over NCHW f32 tensors: tensors (x, w, b, out); scalars (stride_h,
 // stride_w, pad_h, pad_w, dil_h, dil_w, groups, activation).
 //
-// Three paths, each computing the plain sum of products per output element,
-// then adding the bias, then applying the activation epilogue (-1: none,
-// else a fused::UnaryFn index, computed by pointwise::unary exactly as the
-// separate unary kernels compute it, so conv2d(act) is bitwise
-// activation(conv2d)):
+// Through oneDNN where it is faster (Note [Convolutions through oneDNN] in
+// onednn.h); otherwise three paths of our own, each computing the plain sum of products per output
+// element, then adding the bias, then applying the activation epilogue (-1: none, else a
+// fused::UnaryFn index, computed by pointwise::unary exactly as the separate unary kernels compute
+// it, so conv2d(act) is bitwise activation(conv2d)):
 // - depthwise (groups == C, one input channel per group, any channel
 //   multiplier): a direct loop per output plane, the kernel taps outermost and
 //   the output row innermost (unit stride over the input row when stride_w is 1);
@@ -29,6 +29,7 @@
 #include "blas.h"
 #include "common.h"
 #include "kernels.h"
+#include "onednn.h"
 #include "pointwise_math.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -180,7 +181,8 @@ void sgemm(const float* a, const float* b, float* y, std::int64_t m, std::int64_
 
 }  // namespace
 
-void conv2d(const ArgBlock& args, KernelContext& /*ctx*/) {
+void conv2d(const ArgBlock& args, KernelContext& ctx) {
+  if (onednn::conv2d(args, ctx)) return;
   const TensorArg& xt = args.tensors[0];
   const TensorArg& wt = args.tensors[1];
   const TensorArg& bt = args.tensors[2];

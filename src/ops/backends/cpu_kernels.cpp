@@ -3,7 +3,9 @@
 // computes; this table says which CPU function computes it. Another backend
 // (a CUDA device, generated code) adds a table of its own, chosen in CMake.
 #include "../../kernels/cpu/kernels.h"
+#include "../../kernels/cpu/onednn.h"
 #include "../dispatch.h"
+#include "sinkgraph/ops.h"
 
 namespace sinkgraph::detail {
 
@@ -72,3 +74,12 @@ void register_cpu_kernels(OpRegistry& r) {
 }
 
 }  // namespace sinkgraph::detail
+
+namespace sinkgraph::ops {
+
+void set_use_onednn(bool use) { kernels::cpu::onednn::set_enabled(use); }
+bool use_onednn() { return kernels::cpu::onednn::enabled(); }
+bool onednn_built() { return kernels::cpu::onednn::built(); }
+std::uint64_t onednn_conv_calls() { return kernels::cpu::onednn::calls(); }
+
+}  // namespace sinkgraph::ops

@@ -1,0 +1,62 @@
+#pragma once
+// Note [Convolutions through oneDNN]
+// conv2d runs through oneDNN (Debian's libdnnl) where it is faster than our
+// own paths (conv.cpp), and falls back to them everywhere else. Measured per
+// shape on resnet18's and mobilenet's layers (bench/conv.cpp, figures in
+// docs/performance.md): oneDNN's direct AVX-512 kernels over a channels-last
+// activation and a blocked weight beat im2col + serial OpenBLAS 1.5-2x on one
+// thread and 2-4x on two, reorders included, for every dense (groups == 1)
+// convolution we measured; what is left to our kernels is what it does not
+// win or does not take: tiny products (below kMinMacs multiply-adds, where its
+// per-call reorders cost more than the arithmetic), zero-size tensors, and
+// anything that is not f32.
+//
+// How a call runs:
+// - One primitive per problem (sizes, strides, conv parameters, threads),
+//   created on first use (an eager warm-up or the capture) and kept in a
+//   process-wide cache, with the reorders that bring the activation into
+//   NHWC, the weight into the primitive's blocked layout and the result back
+//   into the output's strides. A replay finds it by key; it never creates one.
+// - The weight is reordered on every call, not once: a kernel sees an
+//   address, not whether the tensor behind it was written since (a parameter
+//   updated in place must be seen by the next replay). The reorder costs
+//   2-470 us per layer against 200-800 us saved (docs/performance.md).
+// - A channels-last input (or output) is used in place; any other strides go
+//   through a reorder into scratch.
+// - The bias goes in as oneDNN's bias; the activation epilogue is applied by
+//   us (pointwise::unary) on the result before it leaves the scratch, so
+//   conv2d(act) stays bitwise activation(conv2d) on this path as on the others.
+// - Threads are ours. Debian builds oneDNN over OpenMP, whose idle workers
+//   spin after each parallel region: measured on resnet18, the OpenMP team
+//   of two took a quarter of all samples spinning, against our own compute
+//   thread running the next kernel, on two cores. So oneDNN runs with a team
+//   of one (no OpenMP worker is ever started), and the convolution is cut
+//   into blocks of output channels (whole groups when grouped) that our
+//   compute threads run (parallel_run), each block a primitive of its own.
+//   The cut depends on the shape only (kBlockChannels, kMaxBlocks in
+//   onednn_conv.cpp), so the result does not depend on the thread count.
+// SINKGRAPH_ONEDNN=OFF (CMake) builds no_onednn.cpp instead, and conv2d keeps
+// its own paths; so does set_use_onednn(false) at run time.
+#include <cstdint>
+
+#include "sinkgraph/kernel_abi.h"
+
+namespace sinkgraph::kernels::cpu::onednn {
+
+// Below this many multiply-adds our own path wins (measured, bench/conv.cpp).
+inline constexpr double kMinMacs = 2.0e5;
+
+// Runs conv2d (conv.cpp's argument block) through oneDNN and returns true, or
+// returns false without touching the output when this build, the run-time
+// switch or the problem says our own path runs it.
+bool conv2d(const ArgBlock& args, KernelContext& ctx);
+
+// Whether this build has oneDNN at all.
+bool built();
+// The run-time switch behind ops::set_use_onednn (on by default).
+void set_enabled(bool enabled);
+bool enabled();
+// conv2d calls that ran here (ops::onednn_conv_calls).
+std::uint64_t calls();
+
+}  // namespace sinkgraph::kernels::cpu::onednn
