@@ -123,6 +123,16 @@ SG_API Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, 
 // one fused q/k/v projection).
 SG_API Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                    double scale);
+// sdpa with an additive mask, as torch's scaled_dot_product_attention takes a
+// float attn_mask: mask[B or 1, heads or 1, L or 1, S] of q's dtype is added
+// to the scaled scores before the softmax (-inf hides a key). A query row
+// whose keys are all -inf gives zeros, as torch's CPU kernel does.
+SG_API Tensor sdpa_mask(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                        std::int64_t heads, double scale);
+// Causal sdpa, as scaled_dot_product_attention(is_causal=True): query i
+// sees keys 0..i (torch's tril mask, aligned to the top left when L != S).
+SG_API Tensor sdpa_causal(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                          double scale);
 
 // Index of the maximum over the last dimension (first on ties), as i64.
 SG_API Tensor argmax(const Tensor& x);

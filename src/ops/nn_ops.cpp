@@ -18,6 +18,8 @@ inline constexpr char kAttention[] = "attention";
 inline constexpr char kRopeRows[] = "rope_rows";
 inline constexpr char kAttentionRows[] = "attention_rows";
 inline constexpr char kSdpa[] = "sdpa";
+inline constexpr char kSdpaMask[] = "sdpa_mask";
+inline constexpr char kSdpaCausal[] = "sdpa_causal";
 inline constexpr char kArgmax[] = "argmax";
 inline constexpr char kSample[] = "sample";
 
@@ -204,6 +206,26 @@ TensorMeta sdpa_shape(const ShapeArgs& args) {
   return q;
 }
 
+// sdpa with an additive mask[B|1, H|1, L|1, S] of q's dtype (a broadcast
+// dim may be a stride-0 view).
+TensorMeta sdpa_mask_shape(const ShapeArgs& args) {
+  TensorMeta q = sdpa_shape(args);
+  const TensorMeta& k = args.tensors[1];
+  const TensorMeta& mask = args.tensors[3];
+  check_same_dtype(q, mask, kSdpaMask, "q", "mask");
+  check_rank(mask, 4, kSdpaMask, "mask");
+  const SymInt heads(args.integer(0));
+  const SymInt want[4] = {q.shape[0], heads, q.shape[1], k.shape[1]};
+  for (int i = 0; i < 3; ++i) {
+    SG_CHECK(mask.shape[i] == SymInt(1) || mask.shape[i] == want[i], "sdpa_mask: mask",
+             shape_str(mask.shape), " does not broadcast to [batch, heads, queries, keys] = [",
+             want[0].str(), ",", want[1].str(), ",", want[2].str(), ",", want[3].str(), "]");
+  }
+  SG_CHECK(mask.shape[3] == want[3], "sdpa_mask: mask", shape_str(mask.shape), " has ",
+           mask.shape[3].str(), " keys but k", shape_str(k.shape), " has ", want[3].str());
+  return q;
+}
+
 TensorMeta argmax_shape(const ShapeArgs& args) {
   const TensorMeta& x = args.tensors[0];
   SG_CHECK(x.dtype != DType::boolean, "argmax: bool input is not supported");
@@ -259,6 +281,13 @@ void register_nn_ops(OpRegistry& r) {
                 attention_rows_shape));
   r.add(make_op(kSdpa, {{"q"}, {"k"}, {"v"}, {"heads", ArgKind::integer}, {"scale", ArgKind::real}},
                 sdpa_shape));
+  r.add(make_op(
+      kSdpaMask,
+      {{"q"}, {"k"}, {"v"}, {"mask"}, {"heads", ArgKind::integer}, {"scale", ArgKind::real}},
+      sdpa_mask_shape));
+  r.add(make_op(kSdpaCausal,
+                {{"q"}, {"k"}, {"v"}, {"heads", ArgKind::integer}, {"scale", ArgKind::real}},
+                sdpa_shape));
   r.add(make_op(kArgmax, {x}, argmax_shape));
   r.add(make_op(kSample,
                 {{"logits"},
@@ -311,6 +340,14 @@ Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, const T
 }
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads, double scale) {
   return call(op_def<detail::kSdpa>(), {&q, &k, &v}, {SymInt(heads), scale});
+}
+Tensor sdpa_mask(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                 std::int64_t heads, double scale) {
+  return call(op_def<detail::kSdpaMask>(), {&q, &k, &v, &mask}, {SymInt(heads), scale});
+}
+Tensor sdpa_causal(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
+                   double scale) {
+  return call(op_def<detail::kSdpaCausal>(), {&q, &k, &v}, {SymInt(heads), scale});
 }
 Tensor argmax(const Tensor& x) { return call(op_def<detail::kArgmax>(), {&x}); }
 Tensor sample(const Tensor& logits, double temperature, std::int64_t seed, const SymInt& offset) {

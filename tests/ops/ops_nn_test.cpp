@@ -1,6 +1,8 @@
 // softmax, rms_norm, layer_norm, rope, embedding, attention and argmax
 // against the naive references.
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -507,6 +509,128 @@ TEST(ops_nn, sdpa_matches_the_reference_on_strided_slices) {
     }
   }
   EXPECT_TRUE(all_close(out.to_floats(), want, 1e-5, 1e-6));
+}
+
+// sdpa_mask's reference: per (batch, head, query) the scaled scores plus the
+// mask element mask(b, h, i, j), a softmax in double, and zeros for a row whose
+// every key is at -inf (torch's CPU kernel gives zeros there). q, k and v are
+// dense [B, L|S, E].
+std::vector<float> masked_attention_reference(
+    const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+    std::int64_t b, std::int64_t l, std::int64_t s, std::int64_t e, std::int64_t heads,
+    double scale,
+    const std::function<float(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>& mask) {
+  const std::int64_t d = e / heads;
+  std::vector<float> want(static_cast<std::size_t>(b * l * e));
+  for (std::int64_t bi = 0; bi < b; ++bi) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t i = 0; i < l; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(s));
+        double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (std::int64_t j = 0; j < s; ++j) {
+          double dot = 0;
+          for (std::int64_t c = 0; c < d; ++c)
+            dot += static_cast<double>(q[(bi * l + i) * e + h * d + c]) *
+                   k[(bi * s + j) * e + h * d + c];
+          p[j] = dot * scale + mask(bi, h, i, j);
+          mx = std::max(mx, p[j]);
+        }
+        for (auto& x : p) sum += (x = std::isinf(mx) ? 0.0 : std::exp(x - mx));
+        for (std::int64_t c = 0; c < d; ++c) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < s && sum > 0; ++j)
+            acc += p[j] / sum * v[(bi * s + j) * e + h * d + c];
+          want[(bi * l + i) * e + h * d + c] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  return want;
+}
+
+// An additive mask per batch and query, broadcast over heads ([B, 1, L, S]),
+// with a padded key block at -inf and one query row that sees no key at all.
+TEST(ops_nn, sdpa_mask_matches_the_reference_with_padding_and_a_fully_masked_row) {
+  const std::int64_t b = 2, l = 5, s = 7, e = 12, heads = 3;
+  std::mt19937 rng(32);
+  const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);
+  const auto k = sgtest::random_floats(rng, b * s * e, -1, 1);
+  const auto v = sgtest::random_floats(rng, b * s * e, -1, 1);
+  auto m = sgtest::random_floats(rng, b * l * s, -2, 2);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t i = 0; i < l; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) m[(1 * l + i) * s + j] = -inf;  // batch 1: left padding
+  for (std::int64_t j = 0; j < s; ++j) m[(0 * l + 2) * s + j] = -inf;    // batch 0, row 2: no key
+  const double scale = 0.41;
+  const Tensor out = ops::sdpa_mask(make(q, {b, l, e}), make(k, {b, s, e}), make(v, {b, s, e}),
+                                    make(m, {b, 1, l, s}), heads, scale);
+  ASSERT_EQ(sgtest::dims_of(out), (Dims{b, l, e}));
+  const auto want =
+      masked_attention_reference(q, k, v, b, l, s, e, heads, scale,
+                                 [&](std::int64_t bi, std::int64_t, std::int64_t i,
+                                     std::int64_t j) { return m[(bi * l + i) * s + j]; });
+  const auto got = out.to_floats();
+  EXPECT_TRUE(all_close(got, want, 1e-5, 1e-6));
+  for (std::int64_t c = 0; c < e; ++c) EXPECT_EQ(got[2 * e + c], 0.0F) << c;
+}
+
+// One key row [S] expanded to [B, H, L, S] (every stride 0) is the same as
+// the dense mask it stands for.
+TEST(ops_nn, sdpa_mask_reads_an_expanded_mask_through_its_strides) {
+  const std::int64_t b = 2, l = 3, s = 4, e = 8, heads = 2;
+  std::mt19937 rng(33);
+  const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);
+  const auto k = sgtest::random_floats(rng, b * s * e, -1, 1);
+  const auto v = sgtest::random_floats(rng, b * s * e, -1, 1);
+  const auto row = sgtest::random_floats(rng, s, -3, 3);
+  const Tensor mask = ops::expand(make(row, {1, 1, 1, s}), sinkgraph::SymShape{b, heads, l, s});
+  const Tensor out =
+      ops::sdpa_mask(make(q, {b, l, e}), make(k, {b, s, e}), make(v, {b, s, e}), mask, heads, 0.5);
+  const auto want = masked_attention_reference(
+      q, k, v, b, l, s, e, heads, 0.5,
+      [&](std::int64_t, std::int64_t, std::int64_t, std::int64_t j) { return row[j]; });
+  EXPECT_TRUE(all_close(out.to_floats(), want, 1e-5, 1e-6));
+}
+
+// is_causal's mask is tril aligned to the top left: query i sees keys 0..i,
+// also when there are more keys than queries (or fewer).
+TEST(ops_nn, sdpa_causal_is_sdpa_mask_with_the_top_left_tril_mask) {
+  const std::int64_t b = 2, e = 8, heads = 2;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [l, s] : {std::pair<std::int64_t, std::int64_t>{5, 5}, {3, 6}, {6, 3}}) {
+    std::mt19937 rng(static_cast<unsigned>(34 + l));
+    const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);
+    const auto k = sgtest::random_floats(rng, b * s * e, -1, 1);
+    const auto v = sgtest::random_floats(rng, b * s * e, -1, 1);
+    const Tensor out =
+        ops::sdpa_causal(make(q, {b, l, e}), make(k, {b, s, e}), make(v, {b, s, e}), heads, 0.3);
+    const auto want =
+        masked_attention_reference(q, k, v, b, l, s, e, heads, 0.3,
+                                   [&](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+                                     return j > i ? -inf : 0.0F;
+                                   });
+    EXPECT_TRUE(all_close(out.to_floats(), want, 1e-5, 1e-6)) << l << " queries, " << s << " keys";
+  }
+}
+
+TEST(ops_nn, sdpa_mask_errors_name_the_mask) {
+  const Tensor q = Tensor::empty({2, 3, 8}, DType::f32);
+  const Tensor k = Tensor::empty({2, 4, 8}, DType::f32);
+  const auto message = [&](const Tensor& mask) {
+    try {
+      (void)ops::sdpa_mask(q, k, k, mask, 2, 1.0);
+    } catch (const sinkgraph::Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(Tensor::empty({2, 2, 3, 5}, DType::f32)).find("sdpa_mask: mask"),
+            std::string::npos);  // 5 keys, k has 4
+  EXPECT_NE(message(Tensor::empty({3, 1, 3, 4}, DType::f32)).find("does not broadcast"),
+            std::string::npos);  // batch 3 against 2
+  EXPECT_NE(message(Tensor::empty({3, 4}, DType::f32)).find("mask"), std::string::npos);  // rank 2
+  EXPECT_NE(message(Tensor::empty({2, 2, 3, 4}, DType::f16)).find("mask"), std::string::npos);
+  EXPECT_EQ(message(Tensor::empty({1, 2, 1, 4}, DType::f32)), "no error");
 }
 
 TEST(ops_nn, sdpa_errors_name_the_operator_and_shapes) {

@@ -58,6 +58,9 @@ void embedding(const ArgBlock& args, KernelContext& ctx);  // (weight, ids, out)
 void attention(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (seq_len: i, scale: f)
 void attention_rows(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, pos, out); (scale: f)
 void sdpa(const ArgBlock& args, KernelContext& ctx);  // (q, k, v, out); (heads: i, scale: f)
+// (q, k, v, mask, out); (heads: i, scale: f)
+void sdpa_mask(const ArgBlock& args, KernelContext& ctx);
+void sdpa_causal(const ArgBlock& args, KernelContext& ctx);  // as sdpa
 
 // Vision (NCHW): conv2d (x, w, b, out); (stride_h, stride_w, pad_h, pad_w,
 // dil_h, dil_w, groups, activation: i). batch_norm (x, mean, var, weight,

@@ -327,16 +327,23 @@ void rope_rows(const ArgBlock& args, KernelContext&) {
   });
 }
 
-// Multi-head attention without a mask over [B, L, E] rows (the encoder
-// case: every query sees every key). One task per (batch, head, query row):
-// the scores q.k * scale, a max-subtracted softmax normalized before the
-// weighted sum (as softmax then matmul computes it), all in f32. Rows may
-// have any strides (q, k and v are slices of one fused projection).
-void sdpa(const ArgBlock& args, KernelContext& ctx) {
+// Multi-head attention over [B, L, E] rows: without a mask (the encoder
+// case: every query sees every key), with an additive one (sdpa_mask), or
+// causal (sdpa_causal: query i sees keys 0..i). One task per (batch, head,
+// query row): the scores q.k * scale, a max-subtracted softmax normalized
+// before the weighted sum (as softmax then matmul computes it), all in f32.
+// Rows may have any strides (q, k and v are slices of one fused projection).
+namespace {
+
+// `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
+// scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
+// after the query's own index are left out, as torch's is_causal mask
+// (tril aligned to the top left) leaves them.
+void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
   const TensorArg& q = args.tensors[0];
   const TensorArg& k = args.tensors[1];
   const TensorArg& v = args.tensors[2];
-  const TensorArg& o = args.tensors[3];
+  const TensorArg& o = args.tensors[mask != nullptr ? 4 : 3];
   const std::int64_t heads = args.scalars[0].i;
   const auto scale = static_cast<float>(args.scalars[1].f);
   const std::int64_t batch = q.sizes[0], len = q.sizes[1], e = q.sizes[2];
@@ -346,61 +353,82 @@ void sdpa(const ArgBlock& args, KernelContext& ctx) {
     const T* pk = static_cast<const T*>(k.data) + k.offset;
     const T* pv = static_cast<const T*>(v.data) + v.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
+    // Mask strides, 0 along a broadcast (size-1) dim.
+    const T* pm = mask != nullptr ? static_cast<const T*>(mask->data) + mask->offset : nullptr;
+    std::int64_t ms[4] = {};
+    if (mask != nullptr) {
+      for (int i = 0; i < 4; ++i) ms[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
+    }
     const bool rows_f32 = std::is_same_v<T, float> && q.strides[2] == 1 && k.strides[2] == 1;
-    parallel_for(ctx, batch * heads * len, grain_for(2 * src * d),
-                 [&](std::int64_t begin, std::int64_t end) {
-                   thread_local std::vector<float> scratch;
-                   scratch.resize(static_cast<std::size_t>(src + 2 * d));
-                   float* scores = scratch.data();
-                   float* qf = scores + src;
-                   float* acc = qf + d;
-                   for (std::int64_t task = begin; task < end; ++task) {
-                     const std::int64_t i = task % len;
-                     const std::int64_t h = (task / len) % heads;
-                     const std::int64_t b = task / (len * heads);
-                     const T* qrow =
-                         pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
-                     const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
-                     const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
-                     float mx = -std::numeric_limits<float>::infinity();
-                     for (std::int64_t j = 0; j < src; ++j) {
-                       const T* krow = kbase + j * k.strides[1];
-                       float dot = 0.0F;
-                       if constexpr (std::is_same_v<T, float>) {
-                         if (rows_f32) dot = vec::dot(qrow, krow, d);
-                       }
-                       if (!rows_f32) {
-                         for (std::int64_t c = 0; c < d; ++c) {
-                           dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
-                         }
-                       }
-                       scores[j] = dot * scale;
-                       mx = std::max(mx, scores[j]);
-                     }
-                     float sum = 0.0F;
-                     for (std::int64_t j = 0; j < src; ++j) {
-                       scores[j] = vec::exp(scores[j] - mx);
-                       sum += scores[j];
-                     }
-                     const float inv = 1.0F / sum;
-                     for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
-                     for (std::int64_t j = 0; j < src; ++j) {
-                       const float p = scores[j] * inv;
-                       const T* vrow = vbase + j * v.strides[1];
-                       if constexpr (std::is_same_v<T, float>) {
-                         if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
-                           for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
-                           continue;
-                         }
-                       }
-                       for (std::int64_t c = 0; c < d; ++c)
-                         acc[c] += p * load(vrow + c * v.strides[2]);
-                     }
-                     T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
-                     for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
-                   }
-                 });
+    parallel_for(
+        ctx, batch * heads * len, grain_for(2 * src * d),
+        [&](std::int64_t begin, std::int64_t end) {
+          thread_local std::vector<float> scratch;
+          scratch.resize(static_cast<std::size_t>(src + 2 * d));
+          float* scores = scratch.data();
+          float* qf = scores + src;
+          float* acc = qf + d;
+          for (std::int64_t task = begin; task < end; ++task) {
+            const std::int64_t i = task % len;
+            const std::int64_t h = (task / len) % heads;
+            const std::int64_t b = task / (len * heads);
+            const T* qrow = pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
+            const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
+            const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
+            const T* mrow = pm != nullptr ? pm + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
+            const std::int64_t keys = causal ? std::min(src, i + 1) : src;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (std::int64_t j = 0; j < keys; ++j) {
+              const T* krow = kbase + j * k.strides[1];
+              float dot = 0.0F;
+              if constexpr (std::is_same_v<T, float>) {
+                if (rows_f32) dot = vec::dot(qrow, krow, d);
+              }
+              if (!rows_f32) {
+                for (std::int64_t c = 0; c < d; ++c) {
+                  dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
+                }
+              }
+              scores[j] = dot * scale;
+              if (mrow != nullptr) scores[j] += load(mrow + j * ms[3]);
+              mx = std::max(mx, scores[j]);
+            }
+            T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
+            if (mrow != nullptr && mx == -std::numeric_limits<float>::infinity()) {
+              // Every key masked: zeros, as torch's CPU kernel gives.
+              for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], 0.0F);
+              continue;
+            }
+            float sum = 0.0F;
+            for (std::int64_t j = 0; j < keys; ++j) {
+              scores[j] = vec::exp(scores[j] - mx);
+              sum += scores[j];
+            }
+            const float inv = 1.0F / sum;
+            for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
+            for (std::int64_t j = 0; j < keys; ++j) {
+              const float p = scores[j] * inv;
+              const T* vrow = vbase + j * v.strides[1];
+              if constexpr (std::is_same_v<T, float>) {
+                if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
+                  for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
+                  continue;
+                }
+              }
+              for (std::int64_t c = 0; c < d; ++c) acc[c] += p * load(vrow + c * v.strides[2]);
+            }
+            for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
+          }
+        });
   });
 }
+
+}  // namespace
+
+void sdpa(const ArgBlock& args, KernelContext& ctx) { sdpa_rows(args, ctx, nullptr, false); }
+void sdpa_mask(const ArgBlock& args, KernelContext& ctx) {
+  sdpa_rows(args, ctx, &args.tensors[3], false);
+}
+void sdpa_causal(const ArgBlock& args, KernelContext& ctx) { sdpa_rows(args, ctx, nullptr, true); }
 
 }  // namespace sinkgraph::kernels::cpu

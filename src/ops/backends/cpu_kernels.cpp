@@ -55,6 +55,8 @@ void register_cpu_kernels(OpRegistry& r) {
       {"attention", k::attention},
       {"attention_rows", k::attention_rows},
       {"sdpa", k::sdpa},
+      {"sdpa_mask", k::sdpa_mask},
+      {"sdpa_causal", k::sdpa_causal},
       {"argmax", k::argmax},
       {"sample", k::sample},
       // Collectives.
