@@ -32,6 +32,8 @@ _ANY_DTYPE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "pe
               "transpose", "t", "unsqueeze", "squeeze", "select", "slice", "split",
               "split_with_sizes", "cat", "stack", "clone", "detach", "alias", "lift_fresh_copy",
               "copy_", "index_copy", "embedding", "argmax", "full", "arange", "empty", "zeros",
+              # a conversion to a floating dtype (its capability check names the sources)
+              "_to_copy",
               # its int64 indices are refused by the converter when anything reads them
               "max_pool2d_with_indices"}
 

@@ -1,5 +1,11 @@
-"""A transformers LlamaForCausalLM (small, seeded, nothing downloaded) under the backend:
-greedy generate with a static KV cache gives eager's ids."""
+"""transformers models (small seeded configs, nothing downloaded) under the backend.
+
+Forward outputs of Llama, Qwen2 (attention biases), GPT-2 and BERT equal eager's
+with attention masks and padding, in every mode; greedy generate with a static
+KV cache gives eager's ids with the decode step captured once and replayed; and
+the shipped stories260K, converted to an HF folder by the CLI, gives its 200
+reference ids.
+"""
 import pytest
 import torch
 
@@ -8,29 +14,142 @@ from conftest import make_backend
 
 transformers = pytest.importorskip("transformers")
 
+RTOL, ATOL = 1e-3, 1e-4
+FLASH = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+VOCAB = 128
 
-def _llama():
+
+def _make(name):
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=64)
-    return transformers.LlamaForCausalLM(cfg).eval()
+    small = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, max_position_embeddings=128)
+    if name == "llama":
+        cfg = transformers.LlamaConfig(num_key_value_heads=2, **small)
+        return transformers.LlamaForCausalLM(cfg).eval()
+    if name == "qwen2":
+        # Qwen2 has biases on q, k and v (and none on o): check the config says so.
+        cfg = transformers.Qwen2Config(num_key_value_heads=2, **small)
+        model = transformers.Qwen2ForCausalLM(cfg).eval()
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+        return model
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                      n_positions=128, bos_token_id=0, eos_token_id=0)
+        return transformers.GPT2LMHeadModel(cfg).eval()
+    if name == "bert":
+        cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=128,
+                                      max_position_embeddings=128)
+        return transformers.BertModel(cfg).eval()
+    raise AssertionError(name)
 
 
-@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
-def test_static_cache_generate_gives_eager_ids(mode):
+def _ids(batch, length, seed=1):
+    return torch.randint(1, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _padded_batch(name):
+    """Two sequences of 10 tokens, the second padded by 3: on the left for the
+    decoders (as generate pads), on the right for BERT."""
+    ids = _ids(2, 10)
+    mask = torch.ones(2, 10, dtype=torch.long)
+    if name == "bert":
+        mask[1, -3:] = 0
+    else:
+        mask[1, :3] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2", "bert"])
+def test_forward_with_an_attention_mask_equals_eager(name, mode):
     torch._dynamo.reset()
-    model = _llama()
-    ids = torch.randint(0, 128, (1, 12), generator=torch.Generator().manual_seed(1))
-    kwargs = dict(max_new_tokens=16, do_sample=False, cache_implementation="static")
+    model = _make(name)
+    ids, mask = _padded_batch(name)
+    backend = make_backend(mode)
+    compiled = torch.compile(model, backend=backend)
+    key = "last_hidden_state" if name == "bert" else "logits"
     with torch.no_grad():
-        ref = model.generate(ids, **kwargs)
-        backend = make_backend(mode)
-        model.forward = torch.compile(model.forward, backend=backend)
-        out = model.generate(ids, **kwargs)
-    assert torch.equal(out, ref)
-    c = sinkgraph.counters(backend)
-    assert c["captured"] >= 1 and c["replayed"] >= 15, c
+        want = model(input_ids=ids, attention_mask=mask)[key]
+        for _ in range(2):
+            got = compiled(input_ids=ids, attention_mask=mask)[key]
+            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+        # No mask at all: another Dynamo graph, the same answers.
+        torch.testing.assert_close(compiled(input_ids=ids)[key], model(input_ids=ids)[key],
+                                   rtol=RTOL, atol=ATOL)
+    fallback = {target for g in backend.compiled for _, _, target in g.fallback}
+    assert FLASH not in fallback, sinkgraph.explain(backend)  # the masked attention is ours
+    assert "aten.mm.default" not in fallback and "aten.addmm.default" not in fallback
+    if mode == "reduce-overhead":
+        c = sinkgraph.counters(backend)
+        assert c["captured"] >= 1 and c["replayed"] >= c["captured"], c
+
+
+def _dynamo_graphs():
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
+def _graph_counts():
+    from sinkgraph.backend import all_backends
+    return {id(b): len(b.compiled) for b in all_backends()}
+
+
+def _regions_since(counts):
+    """The regions of the graphs compiled since _graph_counts() returned `counts`."""
+    from sinkgraph.backend import all_backends
+    return [r for b in all_backends() for g in b.compiled[counts.get(id(b), 0):]
+            for r in g.regions]
+
+
+@pytest.mark.parametrize("how", ["by-name", "get_backend", "max-autotune"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gpt2"])
+def test_static_cache_generate_gives_eager_ids(name, how):
+    """64 greedy tokens give eager's ids. Within a generate every region is
+    captured once and replayed at every later step, the KV cache written in
+    place; prefill and decode are Dynamo's only graphs. A StaticCache the caller
+    keeps (and resets) is replayed by later generate calls with no capture."""
+    torch._dynamo.reset()
+    model = _make(name)
+    ids = _ids(1, 8)
+    kwargs = dict(max_new_tokens=64, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        ref = model.generate(ids, cache_implementation="static", **kwargs)
+        sinkgraph.reset_counters()
+        counts = _graph_counts()
+        graphs_before = _dynamo_graphs()
+        if how == "by-name":
+            model.forward = torch.compile(model.forward, backend="sinkgraph",
+                                          mode="reduce-overhead")
+        else:
+            mode = "max-autotune" if how == "max-autotune" else "reduce-overhead"
+            model.forward = torch.compile(model.forward, backend=make_backend(mode))
+        out = model.generate(ids, cache_implementation="static", **kwargs)
+        assert torch.equal(out, ref)
+        first = sinkgraph.counters()
+        assert _dynamo_graphs() - graphs_before == 2, sinkgraph.explain()  # prefill, decode
+        assert first["graphs_compiled"] == 2
+        regions = _regions_since(counts)
+        assert regions and all(r.counters()["captured"] == 1 for r in regions), \
+            sinkgraph.explain()
+        assert first["replayed"] >= 63, first  # every decode step after the first
+
+        # The caller's own cache, as long as generate's (prompt + new tokens -
+        # 1: the decode graph's shapes): a new address set, captured on its
+        # first use; its first reuse costs Dynamo one prefill graph
+        # (transformers' cache guards on its own initialization), and every
+        # later use replays.
+        cache = transformers.StaticCache(config=model.config, max_cache_len=ids.shape[1] + 63)
+        for _ in range(2):
+            assert torch.equal(model.generate(ids, cache=cache, **kwargs), ref)
+            cache.reset()
+        second = sinkgraph.counters()
+        assert torch.equal(model.generate(ids, cache=cache, **kwargs), ref)
+        third = sinkgraph.counters()
+    assert third["captured"] == second["captured"], sinkgraph.explain()
+    assert third["replayed"] - second["replayed"] >= 64, (second, third)
+    assert third["eager_fallback_due_to_capture_limit"] == 0
+    assert not any(third[k] for k in third if k.startswith("recapture_due_to_param")), third
 
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]

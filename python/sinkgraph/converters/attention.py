@@ -145,7 +145,10 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
 # (nn.MultiheadAttention's general path, nn.TransformerDecoderLayer,
 # torchvision's VisionTransformer). Its core decomposition is the math path,
 # whose _safe_softmax needs eq/any/where, which sinkgraph has not; with a
-# converter the operator stays whole and becomes one `sdpa`.
+# converter the operator stays whole and becomes one `sdpa`, `sdpa_mask`
+# with an additive attn_mask (transformers' padding and causal masks), or
+# `sdpa_causal` for is_causal. A query row whose every key is masked gives
+# zeros, as torch's CPU kernel does.
 
 
 def _users_of_item(node, index):
@@ -164,20 +167,38 @@ def _flash_cpu_capability(node):
     args.update(node.kwargs)
     if args.get("dropout_p", 0.0) != 0.0:
         return "scaled_dot_product_attention with dropout"
-    if args.get("is_causal", False):
-        return "causal scaled_dot_product_attention (sinkgraph's sdpa has no causal mask)"
-    if args.get("attn_mask") is not None:
-        return "scaled_dot_product_attention with attn_mask (sinkgraph's sdpa takes no mask)"
+    if args.get("is_causal", False) and args.get("attn_mask") is not None:
+        return "scaled_dot_product_attention with both is_causal and attn_mask"
     q, k, v = (args[n].meta.get("val") for n in ("query", "key", "value"))
     if q is None or k is None or v is None:
         return "scaled_dot_product_attention without shape metadata"
+    mask = args.get("attn_mask")
+    if mask is not None:
+        # torch turns a bool mask into an additive one (where(mask, 0, -inf))
+        # before this operator, so the mask here is q's floating dtype.
+        m = mask.meta.get("val") if hasattr(mask, "meta") else None
+        if not isinstance(m, torch.Tensor):
+            return "scaled_dot_product_attention with an attn_mask that is not a tensor"
+        if m.dtype != q.dtype:
+            return f"scaled_dot_product_attention with a {m.dtype} attn_mask and {q.dtype} q"
+        if m.ndim > 4 or m.ndim < 1:
+            return f"scaled_dot_product_attention with a {m.ndim}-D attn_mask"
+        want = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])[4 - m.ndim:]
+        if not all(known_equal(a, 1) or known_equal(a, w) for a, w in zip(m.shape[:-1], want)) \
+                or not known_equal(m.shape[-1], want[-1]):
+            return (f"scaled_dot_product_attention with attn_mask{tuple(m.shape)} that does not "
+                    f"broadcast to [B, H, L, S] = {tuple(want)}")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         return f"scaled_dot_product_attention of {q.ndim}-D q (sinkgraph takes [B, H, L, D])"
     same = all(known_equal(a, c) for a, c in zip(k.shape, v.shape)) and all(
-        known_equal(q.shape[i], k.shape[i]) for i in (0, 1, 3))
-    if not same:
+        known_equal(q.shape[i], k.shape[i]) for i in (0, 3))
+    # Grouped-query attention (enable_gqa): q's heads a multiple of k's.
+    groups = (isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and k.shape[1] > 0
+              and q.shape[1] % k.shape[1] == 0)
+    if not same or not groups:
         return (f"scaled_dot_product_attention of q{tuple(q.shape)}, k{tuple(k.shape)}, "
-                f"v{tuple(v.shape)} (sinkgraph needs one head count and head size, k and v alike)")
+                f"v{tuple(v.shape)} (sinkgraph needs one batch and head size, k and v alike, "
+                "and q's heads a multiple of k's)")
     if _users_of_item(node, 1):
         return "scaled_dot_product_attention's logsumexp is used (sinkgraph does not compute it)"
     return None
@@ -189,16 +210,37 @@ def _merge_heads(t):
     return view(contiguous(sg_op("permute", [t], [0, 2, 1, 3])), [b, n, h * d])
 
 
+def _repeat_heads(t, heads):
+    """[B, Hk, S, D] -> [B, heads, S, D], kv head j serving q heads j*r..j*r+r-1
+    (torch's enable_gqa: repeat_interleave over the heads)."""
+    b, hk, s, d = t.shape
+    if hk == heads:
+        return t
+    rep = sg_op("expand", [unsqueeze(t, 2)], [b, hk, heads // hk, s, d])
+    return view(contiguous(rep), [b, heads, s, d])
+
+
 @register(optional_overload("_scaled_dot_product_flash_attention_for_cpu.default"),
           capability=_flash_cpu_capability)
 def _sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None,
                     scale=None):
-    if dropout_p != 0.0 or is_causal or attn_mask is not None:
-        raise Unsupported("scaled_dot_product_attention with dropout, is_causal or attn_mask")
+    if dropout_p != 0.0 or (is_causal and attn_mask is not None):
+        raise Unsupported("scaled_dot_product_attention with dropout, or is_causal and attn_mask")
     b, h, n, d = query.shape
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    out = sg_op("sdpa", [_merge_heads(query), _merge_heads(key), _merge_heads(value)], h,
-                float(scale))  # [B, L, H * D]
+    qkv = [_merge_heads(query), _merge_heads(_repeat_heads(key, h)),
+           _merge_heads(_repeat_heads(value, h))]
+    if is_causal:
+        out = sg_op("sdpa_causal", qkv, h, float(scale))  # [B, L, H * D]
+    elif attn_mask is None:
+        out = sg_op("sdpa", qkv, h, float(scale))
+    else:
+        # An additive mask[B|1, H|1, L|1, S], its broadcast dims kept size 1
+        # (the kernel reads them with stride 0).
+        mask = attn_mask
+        if len(mask.shape) < 4:
+            mask = view(mask, [1] * (4 - len(mask.shape)) + list(mask.shape))
+        out = sg_op("sdpa_mask", qkv + [mask], h, float(scale))
     out = sg_op("permute", [view(out, [b, n, h, d])], [0, 2, 1, 3])
     return (out, None)

@@ -108,3 +108,75 @@ def _div(a, b):
     return binary("div", a, b)
 
 
+
+
+# ---- powers and dtype conversion ----------------------------------------------------
+
+# x ** e for the exponents torch's CPU kernel computes by a formula of its
+# own (pow_tensor_scalar_optimized_kernel): the same formula here is the same
+# bits. RMSNorm's `x.pow(2)` is the common one (transformers' Llama, Qwen2).
+_POWERS = {
+    2.0: lambda x: sg_op("mul", [x, x]),
+    3.0: lambda x: sg_op("mul", [sg_op("mul", [x, x]), x]),
+    0.5: lambda x: sg_op("sqrt", [x]),
+    -0.5: lambda x: sg_op("rsqrt", [x]),
+    -1.0: lambda x: binary("div", 1.0, x),
+}
+
+
+def _pow_capability(node):
+    x, e = node_value(node.args[0]), node.args[1]
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        return "pow of a non-floating tensor"
+    if not isinstance(e, (int, float)) or float(e) not in _POWERS:
+        return f"pow with exponent {e!r} (sinkgraph computes 2, 3, 0.5, -0.5 and -1)"
+    return None
+
+
+@register(aten.pow.Tensor_Scalar, capability=_pow_capability)
+def _pow(x, exponent):
+    power = _POWERS.get(float(exponent)) if isinstance(exponent, (int, float)) else None
+    if power is None:
+        raise Unsupported(f"pow with exponent {exponent!r}")
+    return power(x)
+
+
+_FLOATING = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_EXACT_SOURCES = {torch.int32, torch.int64, torch.bool}
+
+
+def _to_copy_capability(node):
+    """A dtype conversion on the same device, nothing else: to a floating dtype,
+    from a floating, integer or bool one (sinkgraph's copy rounds to nearest
+    even, as torch does)."""
+    x = node_value(node.args[0])
+    dtype = node.kwargs.get("dtype")
+    if not isinstance(x, torch.Tensor):
+        return "_to_copy of a non-tensor"
+    extra = {k: v for k, v in node.kwargs.items()
+             if k not in ("dtype", "device", "layout", "pin_memory", "non_blocking")
+             and v is not None}
+    if extra or node.kwargs.get("layout") not in (None, torch.strided):
+        return f"_to_copy with {sorted(extra) or 'a layout'} (sinkgraph converts the dtype only)"
+    device = node.kwargs.get("device")
+    if device is not None and torch.device(device) != x.device:
+        return f"_to_copy to {device} (another device)"
+    if dtype is None or dtype == x.dtype:
+        return None
+    if dtype not in _FLOATING:
+        return f"conversion to {dtype} (sinkgraph converts to float32, float16 and bfloat16)"
+    if x.dtype not in _FLOATING and x.dtype not in _EXACT_SOURCES:
+        return f"conversion from {x.dtype}"
+    return None
+
+
+@register(aten._to_copy.default, capability=_to_copy_capability)
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        raise Unsupported(f"_to_copy to {memory_format}")
+    if dtype is None or _FLOATING.get(dtype) == x.dtype:
+        return sg_op("contiguous", [x])
+    if dtype not in _FLOATING:
+        raise Unsupported(f"conversion to {dtype}")
+    return sg_op("copy_", [full(list(x.shape), 0.0, _FLOATING[dtype]), x])

@@ -1,5 +1,7 @@
 """Indexed writes: index_copy (a KV cache written at a tensor position)."""
 
+import torch
+
 from .registry import Unsupported, aten, register, sg_op, _wrap_dim
 
 
@@ -40,3 +42,18 @@ def _index_copy(dst, dim, index, src):
     # back into the caller's buffer; Note [Writes into graph inputs] in graph.py
     # turns the pair into one in-place write when nothing else reads dst).
     return index_copy_into(sg_op("contiguous", [dst]), dim, index, src)
+
+
+def _embedding_capability(node):
+    weight, ids = (node.args[0].meta.get("val"), node.args[1].meta.get("val"))
+    if ids is None or ids.dtype not in (torch.int32, torch.int64):
+        return "embedding with non-integer indices"
+    if weight is None or weight.ndim != 2:
+        return "embedding of a weight that is not 2-D"
+    return None
+
+
+@register(aten.embedding.default, capability=_embedding_capability)
+def _embedding(weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    # padding_idx and the rest only change the gradient: the forward is a gather.
+    return sg_op("embedding", [weight, ids])
