@@ -50,9 +50,13 @@ def _inplace_writes(graph):
     AOTAutograd (keep_inference_input_mutations) ends an inference graph that
     mutates an input with ``copy_(input, new_value)``. When ``new_value`` is an
     ``index_copy`` of that same input (a KV cache written at a position) and
-    nothing reads the input after the index_copy, the write can go straight
-    into the input's memory: the converter writes in place and the copy_
-    disappears, so a decode step is one replay with no copy of the cache.
+    nothing reads the input's old value after the index_copy, the write can go
+    straight into the input's memory: the converter writes in place and the
+    copy_ disappears, so a decode step is one replay with no copy of the cache.
+    Other readers of the index_copy's result (the attention that reads the
+    cache, as transformers' StaticCache.update returns it) read the input
+    after the write: the converter's result is the write's own result
+    (docs/ir.md, "In-place operators"), so they depend on it.
     Returns {index_copy node: placeholder} for the pairs where that holds.
     """
     order = {n: i for i, n in enumerate(graph.nodes)}
@@ -62,8 +66,7 @@ def _inplace_writes(graph):
             continue
         dst, src = node.args[0], node.args[1]
         if (dst.op != "placeholder" or not isinstance(src, torch.fx.Node) or
-                src.target is not torch.ops.aten.index_copy.default or src.args[0] is not dst or
-                len(src.users) != 1):
+                src.target is not torch.ops.aten.index_copy.default or src.args[0] is not dst):
             continue
         later = [u for u in dst.users if u is not node and u is not src and order[u] > order[src]]
         if not later:

@@ -210,14 +210,16 @@ def _merge_heads(t):
     return view(contiguous(sg_op("permute", [t], [0, 2, 1, 3])), [b, n, h * d])
 
 
-def _repeat_heads(t, heads):
-    """[B, Hk, S, D] -> [B, heads, S, D], kv head j serving q heads j*r..j*r+r-1
-    (torch's enable_gqa: repeat_interleave over the heads)."""
+def _merge_kv_heads(t, heads):
+    """[B, Hk, S, D] -> [B, S, heads * D] with kv head j serving q heads
+    j*r..j*r+r-1 (torch's enable_gqa: repeat_interleave over the heads), in one
+    copy: the repeat is an expanded view, permuted and copied once."""
     b, hk, s, d = t.shape
     if hk == heads:
-        return t
+        return _merge_heads(t)
     rep = sg_op("expand", [unsqueeze(t, 2)], [b, hk, heads // hk, s, d])
-    return view(contiguous(rep), [b, heads, s, d])
+    rows = contiguous(sg_op("permute", [rep], [0, 3, 1, 2, 4]))  # [B, S, Hk, r, D]
+    return view(rows, [b, s, heads * d])
 
 
 @register(optional_overload("_scaled_dot_product_flash_attention_for_cpu.default"),
@@ -229,8 +231,7 @@ def _sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask
     b, h, n, d = query.shape
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    qkv = [_merge_heads(query), _merge_heads(_repeat_heads(key, h)),
-           _merge_heads(_repeat_heads(value, h))]
+    qkv = [_merge_heads(query), _merge_kv_heads(key, h), _merge_kv_heads(value, h)]
     if is_causal:
         out = sg_op("sdpa_causal", qkv, h, float(scale))  # [B, L, H * D]
     elif attn_mask is None:

@@ -13,7 +13,8 @@ def _index_copy_capability(node):
 
 
 def index_copy_into(dst, dim, index, src):
-    """dst[..., index[0], ...] = src along `dim`, written into dst's memory.
+    """dst[..., index[0], ...] = src along `dim`, written into dst's memory;
+    returns dst after the write (a view of the write's result).
 
     sinkgraph's index_copy_rows_ writes dst[b, index[b], ...] = src[b, ...]:
     dst is viewed with `dim` moved to position 1 (a strided view; the kernel
@@ -32,8 +33,12 @@ def index_copy_into(dst, dim, index, src):
         rows_src = sg_op("squeeze", [sg_op("slice", [src], dim, 0, 1, 1)], dim)  # [B, rest...]
         rows = dst.shape[0]
     positions = sg_op("expand", [index], [rows])
-    sg_op("index_copy_rows_", [rows_dst, positions, rows_src])
-    return dst
+    written = sg_op("index_copy_rows_", [rows_dst, positions, rows_src])
+    # dst after the write, named through the write's result (docs/ir.md, "In-place
+    # operators"), so that every later reader depends on the write.
+    if dim == 0:
+        return sg_op("squeeze", [written], 0)
+    return sg_op("permute", [written], [order.index(i) for i in range(dst.ndim)])
 
 
 @register(aten.index_copy.default, capability=_index_copy_capability)
