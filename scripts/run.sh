@@ -3,7 +3,10 @@
 # (.venv), build (release) and install the package into the venv, and run the
 # main job: the shipped stories260K model (a real trained Llama,
 # models/stories260K/) decodes 200 tokens from BOS in eager, reduce-overhead
-# and max-autotune mode. Every run's ids are checked against the shipped
+# and max-autotune mode; then the same model, converted to a Hugging Face
+# folder, decodes 200 tokens through transformers' generate (static cache) in
+# eager, under Inductor and under sinkgraph's two graph modes
+# (bench/hf_decode.py). Every run's ids are checked against the shipped
 # reference; the speeds are medians of interleaved rounds measured here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,3 +58,13 @@ for mode in "${modes[@]}"; do
 done
 echo "(medians over the rounds; the speed-up is eager's time over the mode's in the same"
 echo " round, with its range in brackets; graphs and replays count one run: prefill + decode)"
+
+echo
+echo "== transformers' generate (static KV cache, 200 tokens from BOS) on models/stories260K as a Hugging Face folder"
+echo "   $rounds rounds, variants interleaved, one compute thread; every run's ids checked against the reference"
+.venv/bin/python bench/hf_decode.py --models stories260K --new 200 --rounds "$rounds" \
+  --variants eager,inductor,reduce-overhead,max-autotune \
+  --reference models/stories260K/bos_greedy_200.txt --brief --out build/main-job-hf-decode.json
+echo "(generate's tokens/s, prefill and transformers' own Python per step included; the decode step"
+echo " is the median time of the model's forward; the speed-up is eager's time over the variant's"
+echo " in the same round, with its range in brackets)"

@@ -182,3 +182,38 @@ def test_stories260k_through_transformers_gives_the_reference_ids(stories260k_hf
     if mode is not None:
         c = sinkgraph.counters(backend)
         assert c["captured"] >= 1 and c["replayed"] >= 199, c
+
+
+def _cli_ids(folder, prompt, steps, mode):
+    import subprocess
+    cli = ROOT / "build" / "release" / "tools" / "sinkgraph"
+    out = subprocess.run([str(cli), "generate", "--model", str(folder), "--steps", str(steps),
+                          "--prompt-ids", " ".join(map(str, prompt)), "--mode", mode,
+                          "--print-ids"], capture_output=True, text=True)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
+def test_a_save_pretrained_llama_folder_gives_transformers_ids_in_the_cli(tmp_path, mode):
+    """One checkpoint, both front ends: the C++ CLI reads the folder that
+    transformers wrote (f32, grouped-query heads) and decodes its ids."""
+    model = _make("llama")
+    model.save_pretrained(tmp_path)
+    prompt = _ids(1, 6)
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=20, do_sample=False,
+                              cache_implementation="static", pad_token_id=0,
+                              eos_token_id=None)[0, 6:].tolist()
+    out = _cli_ids(tmp_path, prompt[0].tolist(), 20, mode)
+    assert out.returncode == 0, out.stderr
+    assert [int(t) for t in out.stdout.splitlines()[0].split(":", 1)[1].split()] == want
+
+
+def test_a_qwen2_folder_is_refused_by_the_cli_with_one_line(tmp_path):
+    """The C++ model has no q/k/v biases yet: a Qwen2 folder is refused, naming
+    model_type, never run with an approximation."""
+    _make("qwen2").save_pretrained(tmp_path)
+    out = _cli_ids(tmp_path, [1, 2, 3], 4, "eager")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "model_type" in out.stderr and "qwen2" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
