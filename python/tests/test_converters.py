@@ -395,3 +395,16 @@ def test_every_registered_converter_names_an_aten_overload_or_size_arithmetic():
     size_ops = {str(o) for o in (operator.add, operator.sub, operator.mul, operator.floordiv,
                                  operator.mod, operator.neg, torch.sym_max, torch.sym_min)}
     assert all(n.startswith("aten.") or n in size_ops for n in names), names
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_an_embedding_id_out_of_range_is_one_clear_error_and_the_module_recovers(mode):
+    backend = make_backend(mode)
+    opt = torch.compile(Fn(lambda w, i: F.embedding(i, w) * 2), backend=backend)
+    w = torch.randn(10, 4)
+    with torch.no_grad():
+        opt(w, torch.tensor([1, 2]))
+        with pytest.raises(Exception, match="token id 12 .* out of range .* 10 rows"):
+            opt(w, torch.tensor([1, 12]))
+        ids = torch.tensor([3, 9])
+        torch.testing.assert_close(opt(w, ids), F.embedding(ids, w) * 2)

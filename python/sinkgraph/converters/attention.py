@@ -172,6 +172,17 @@ def _flash_cpu_capability(node):
     q, k, v = (args[n].meta.get("val") for n in ("query", "key", "value"))
     if q is None or k is None or v is None:
         return "scaled_dot_product_attention without shape metadata"
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return f"scaled_dot_product_attention of {q.ndim}-D q (sinkgraph takes [B, H, L, D])"
+    same = all(known_equal(a, c) for a, c in zip(k.shape, v.shape)) and all(
+        known_equal(q.shape[i], k.shape[i]) for i in (0, 3))
+    # Grouped-query attention (enable_gqa): q's heads a multiple of k's.
+    groups = (isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and k.shape[1] > 0
+              and q.shape[1] % k.shape[1] == 0)
+    if not same or not groups:
+        return (f"scaled_dot_product_attention of q{tuple(q.shape)}, k{tuple(k.shape)}, "
+                f"v{tuple(v.shape)} (sinkgraph needs one batch and head size, k and v alike, "
+                "and q's heads a multiple of k's)")
     mask = args.get("attn_mask")
     if mask is not None:
         # torch turns a bool mask into an additive one (where(mask, 0, -inf))
@@ -188,17 +199,6 @@ def _flash_cpu_capability(node):
                 or not known_equal(m.shape[-1], want[-1]):
             return (f"scaled_dot_product_attention with attn_mask{tuple(m.shape)} that does not "
                     f"broadcast to [B, H, L, S] = {tuple(want)}")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        return f"scaled_dot_product_attention of {q.ndim}-D q (sinkgraph takes [B, H, L, D])"
-    same = all(known_equal(a, c) for a, c in zip(k.shape, v.shape)) and all(
-        known_equal(q.shape[i], k.shape[i]) for i in (0, 3))
-    # Grouped-query attention (enable_gqa): q's heads a multiple of k's.
-    groups = (isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and k.shape[1] > 0
-              and q.shape[1] % k.shape[1] == 0)
-    if not same or not groups:
-        return (f"scaled_dot_product_attention of q{tuple(q.shape)}, k{tuple(k.shape)}, "
-                f"v{tuple(v.shape)} (sinkgraph needs one batch and head size, k and v alike, "
-                "and q's heads a multiple of k's)")
     if _users_of_item(node, 1):
         return "scaled_dot_product_attention's logsumexp is used (sinkgraph does not compute it)"
     return None

@@ -108,8 +108,6 @@ def _div(a, b):
     return binary("div", a, b)
 
 
-
-
 # ---- powers and dtype conversion ----------------------------------------------------
 
 # x ** e for the exponents torch's CPU kernel computes by a formula of its
@@ -142,7 +140,7 @@ def _pow(x, exponent):
 
 
 _FLOATING = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-_EXACT_SOURCES = {torch.int32, torch.int64, torch.bool}
+_INTEGER_SOURCES = {torch.int32, torch.int64, torch.bool}
 
 
 def _to_copy_capability(node):
@@ -165,7 +163,7 @@ def _to_copy_capability(node):
         return None
     if dtype not in _FLOATING:
         return f"conversion to {dtype} (sinkgraph converts to float32, float16 and bfloat16)"
-    if x.dtype not in _FLOATING and x.dtype not in _EXACT_SOURCES:
+    if x.dtype not in _FLOATING and x.dtype not in _INTEGER_SOURCES:
         return f"conversion from {x.dtype}"
     return None
 
