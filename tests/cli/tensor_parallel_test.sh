@@ -83,23 +83,29 @@ check one-bad-rank 2 -- timeout 60 "${mpi[@]}" -np 1 "$bin" generate --tensor-pa
 expect one-bad-rank-message grep -q 'truncated.bin: tensor token_embedding needs' "$tmp/err"
 
 # A long decode for the failure tests below: started in the background
-# ($job), it returns once rank 0 has streamed ids, with rank 1's pid in
-# $victim. Extra VAR=VALUE arguments go into the job's environment.
+# ($job), it returns once rank 1 is found ($victim) and rank 0 has streamed
+# ids. Extra VAR=VALUE arguments go into the job's environment. The decode
+# must outlast any scheduling delay: 8000 steps took under 2 s on a quiet
+# machine, and once, on a loaded one, mpirun forwarded the first ids only as
+# the job ended, so rank 1 was gone before it was looked for. 60000 steps
+# over a growing context take minutes; the tests end the job long before.
 check make-long 0 -- "$bin" make-model --dim 128 --layers 2 --heads 4 --kv-heads 4 --hidden 256 \
-  --vocab 512 --seq-len 8192 --seed 1 --format llama2c --out "$tmp/long.bin"
+  --vocab 512 --seq-len 65536 --seed 1 --format llama2c --out "$tmp/long.bin"
 start_long_run() {  # start_long_run OUT ERR [VAR=VALUE...]
   local out=$1 err=$2
   shift 2
   env "$@" "${mpi[@]}" -np 2 "$bin" generate --tensor-parallel 2 --model "$tmp/long.bin" \
-    --steps 8000 --stream --print-ids >"$out" 2>"$err" &
+    --steps 60000 --stream --print-ids >"$out" 2>"$err" &
   job=$!
-  for _ in $(seq 600); do
-    [[ $(wc -c <"$out") -gt 40 ]] && break
-    sleep 0.1
-  done
   victim=""
-  for p in $(pgrep -P "$job"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+  for _ in $(seq 600); do
+    if [[ -z $victim ]]; then
+      for p in $(pgrep -P "$job"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p
+      done
+    fi
+    [[ -n $victim && $(wc -c <"$out") -gt 40 ]] && break
+    sleep 0.1
   done
 }
 # Sends SIGNAL to rank 1 and waits for the job to end, at most 30 s (then
@@ -122,7 +128,7 @@ expect kill-mid-run test "$(wc -c <"$tmp/kill-out")" -gt 40
 signal_rank1_and_wait KILL
 expect kill-job-failed test "$status" -ne 0
 expect kill-bounded test "$took" -lt 30
-expect kill-did-not-finish test "$(wc -w <"$tmp/kill-out")" -lt 8001
+expect kill-did-not-finish test "$(wc -w <"$tmp/kill-out")" -lt 60001
 
 # Hung-rank test: rank 1 stopped (SIGSTOP) mid-decode is not seen by mpirun;
 # rank 0's collective watchdog (SINKGRAPH_DIST_TIMEOUT, 3 s here) ends the
