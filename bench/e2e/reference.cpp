@@ -147,6 +147,10 @@ void check_token(const models::LlamaConfig& c, std::int64_t token, std::int64_t 
 ReferenceLlama::ReferenceLlama(const sinkgraph::models::LlamaModel& model)
     : config_(model.config()) {
   const models::LlamaConfig& c = config_;
+  if (c.attention_bias) {
+    throw std::invalid_argument(
+        "ReferenceLlama: the hand-written reference has no attention biases (a Qwen2 model)");
+  }
   const models::LlamaWeights& w = model.weights();
   // to_floats() synchronizes the stream and copies out any dtype as f32.
   tok_embeddings_ = w.tok_embeddings.contiguous().to_floats();

@@ -31,6 +31,9 @@ struct SG_API LlamaConfig {
   double rope_theta = 10000.0;
   ops::RopeStyle rope_style = ops::RopeStyle::interleaved;
   bool shared_classifier = true;  // output.weight is the token embedding
+  // The q, k and v projections add a bias (Qwen2's attention; the output
+  // projection and the feed-forward have none).
+  bool attention_bias = false;
 
   [[nodiscard]] std::int64_t head_size() const { return dim / n_heads; }
   [[nodiscard]] std::int64_t kv_dim() const { return head_size() * n_kv_heads; }
@@ -64,6 +67,7 @@ struct TensorParallel {
 struct LlamaLayer {
   Tensor attention_norm;  // [dim]
   Tensor wq, wk, wv, wo;  // [dim, dim], [kv_dim, dim], [kv_dim, dim], [dim, dim]
+  Tensor bq, bk, bv;      // [dim], [kv_dim], [kv_dim] with attention_bias; else undefined
   Tensor ffn_norm;        // [dim]
   Tensor w1, w2, w3;      // [hidden, dim], [dim, hidden], [hidden, dim]
 };

@@ -4,7 +4,8 @@ Forward outputs of Llama, Qwen2 (attention biases), GPT-2 and BERT equal eager's
 with attention masks and padding, in every mode; greedy generate with a static
 KV cache gives eager's ids with the decode step captured once and replayed; and
 the shipped stories260K, converted to an HF folder by the CLI, gives its 200
-reference ids.
+reference ids; and the C++ CLI decodes save_pretrained Llama and Qwen2 folders
+(f32 and bf16) to the ids transformers gives.
 """
 import pytest
 import torch
@@ -193,27 +194,46 @@ def _cli_ids(folder, prompt, steps, mode):
     return out
 
 
-@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
-def test_a_save_pretrained_llama_folder_gives_transformers_ids_in_the_cli(tmp_path, mode):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_a_save_pretrained_folder_gives_transformers_ids_in_the_cli(tmp_path, name, dtype):
     """One checkpoint, both front ends: the C++ CLI reads the folder that
-    transformers wrote (f32, grouped-query heads) and decodes its ids."""
-    model = _make("llama")
-    model.save_pretrained(tmp_path)
+    transformers wrote (grouped-query heads; Qwen2's q/k/v biases; f32 or
+    bf16 weights) and decodes its ids in every mode. The C++ model computes in
+    f32 whatever the checkpoint stores, so the reference is transformers
+    running the same folder's weights in f32."""
+    import json
+    from safetensors import safe_open
+    _make(name).to(getattr(torch, dtype)).save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        stored = {f.get_slice(k).get_dtype() for k in f.keys()}
+        assert (name == "qwen2") == ("model.layers.0.self_attn.q_proj.bias" in f.keys())
+    assert stored == {"F32" if dtype == "float32" else "BF16"}, stored
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == name
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     prompt = _ids(1, 6)
     with torch.no_grad():
         want = model.generate(prompt, max_new_tokens=20, do_sample=False,
                               cache_implementation="static", pad_token_id=0,
                               eos_token_id=None)[0, 6:].tolist()
-    out = _cli_ids(tmp_path, prompt[0].tolist(), 20, mode)
-    assert out.returncode == 0, out.stderr
-    assert [int(t) for t in out.stdout.splitlines()[0].split(":", 1)[1].split()] == want
+    for mode in ["eager", "reduce-overhead", "max-autotune"]:
+        out = _cli_ids(tmp_path, prompt[0].tolist(), 20, mode)
+        assert out.returncode == 0, (mode, out.stderr)
+        got = [int(t) for t in out.stdout.splitlines()[0].split(":", 1)[1].split()]
+        assert got == want, mode
 
 
-def test_a_qwen2_folder_is_refused_by_the_cli_with_one_line(tmp_path):
-    """The C++ model has no q/k/v biases yet: a Qwen2 folder is refused, naming
-    model_type, never run with an approximation."""
-    _make("qwen2").save_pretrained(tmp_path)
+def test_a_qwen2_folder_with_a_sliding_window_is_refused_by_the_cli_with_one_line(tmp_path):
+    """sinkgraph's attention sees the whole cache: a Qwen2 model whose layers
+    attend over a sliding window is refused, naming the key, never run with
+    an approximation."""
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128,
+                                   use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    transformers.Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
     out = _cli_ids(tmp_path, [1, 2, 3], 4, "eager")
     assert out.returncode == 2, (out.stdout, out.stderr)
-    assert "model_type" in out.stderr and "qwen2" in out.stderr, out.stderr
+    assert "sliding" in out.stderr and "config.json" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -106,11 +106,17 @@ Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape
 
 Tensor decode_tensor_slice(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                            const ShardSlice& slice, const std::string& name) {
-  SG_ASSERT(shape.size() == 2 && (slice.dim == 0 || slice.dim == 1) && slice.start >= 0 &&
-                slice.count >= 0 && slice.start + slice.count <= shape[slice.dim],
+  SG_ASSERT((shape.size() == 2 || (shape.size() == 1 && slice.dim == 0)) &&
+                (slice.dim == 0 || slice.dim == 1) && slice.start >= 0 && slice.count >= 0 &&
+                slice.start + slice.count <= shape[slice.dim],
             "decode_tensor_slice: ", shape_str(shape), " dim ", slice.dim, " [", slice.start, ", +",
             slice.count, ")");
   const auto esize = static_cast<std::size_t>(dtype_size(dtype));
+  if (shape.size() == 1) {  // a bias: `count` values from `start`
+    return decode_tensor(raw.subspan(static_cast<std::size_t>(slice.start) * esize,
+                                     static_cast<std::size_t>(slice.count) * esize),
+                         dtype, {slice.count}, name);
+  }
   const auto cols = static_cast<std::size_t>(shape[1]);
   const auto start = static_cast<std::size_t>(slice.start);
   const auto count = static_cast<std::size_t>(slice.count);

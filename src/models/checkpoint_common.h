@@ -55,8 +55,8 @@ std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset
 Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                      const std::string& name);
 
-// The part of a 2-D weight one tensor-parallel rank holds: `count` rows
-// (dim 0) or columns (dim 1) from `start`.
+// The part of a weight one tensor-parallel rank holds: `count` rows (dim 0)
+// or columns (dim 1) from `start`; of a bias (1-D), `count` values.
 struct ShardSlice {
   int dim = 0;
   std::int64_t start = 0;

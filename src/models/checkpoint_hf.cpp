@@ -61,6 +61,24 @@ double check_rope_object(const json& j, const char* key, double theta, const std
                                   : theta;
 }
 
+// Qwen2 attends over a sliding window in the layers layer_types marks
+// "sliding_attention" (transformers 5; older configs: every layer from
+// max_window_layers on when use_sliding_window is true). sinkgraph's
+// attention sees the whole cache, so only full attention is accepted.
+void check_full_attention(const json& j, const std::string& source) {
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const json& types = j.at("layer_types");
+    SG_CHECK(types.is_array(), source, ": \"layer_types\" must be an array, got ", brief(types));
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      SG_CHECK(types[i] == "full_attention", source, ": \"layer_types\"[", i, "] is ",
+               brief(types[i]),
+               "; sinkgraph's attention implements \"full_attention\" only (no sliding window)");
+    }
+    return;
+  }
+  refuse_if_true(j, "use_sliding_window", "attends over a sliding window", source);
+}
+
 }  // namespace
 
 bool is_hf_config(const json& j) { return j.is_object() && j.contains("model_type"); }
@@ -70,21 +88,30 @@ bool is_hf_config(const json& j) { return j.is_object() && j.contains("model_typ
 // transformers' default for a 7B model, never what was meant), then
 // num_key_value_heads (absent or null: the attention heads), rms_norm_eps
 // (1e-6), rope_theta (10000), tie_word_embeddings (false), as transformers'
-// LlamaConfig. Refused, naming the key: anything that changes the math and
-// that the model does not implement. Everything else is ignored, as
+// LlamaConfig. model_type "qwen2" reads the same keys (Qwen2Config's
+// defaults are LlamaConfig's) and adds q/k/v biases, which Qwen2 always has.
+// Refused, naming the key: anything that changes the math and that the
+// model does not implement (Llama's attention_bias, which also biases the
+// output projection; mlp_bias; a sliding window). Everything else is ignored, as
 // transformers ignores what the model does not read (architectures,
 // torch_dtype, bos_token_id, transformers_version, pretraining_tp: a
 // different summation order of the same products, ...).
 LlamaConfig parse_hf_config(const json& j, const std::string& source) {
   SG_ASSERT(is_hf_config(j), "parse_hf_config: no model_type");
   const json& type = j.at("model_type");
-  SG_CHECK(type == "llama", source, ": \"model_type\" is ", brief(type),
-           "; only \"llama\" Hugging Face checkpoints are supported");
+  SG_CHECK(type == "llama" || type == "qwen2", source, ": \"model_type\" is ", brief(type),
+           "; only \"llama\" and \"qwen2\" Hugging Face checkpoints are supported");
+  const bool qwen2 = type == "qwen2";
   SG_CHECK(!j.contains("quantization_config") || j.at("quantization_config").is_null(), source,
            ": \"quantization_config\": quantized checkpoints are not supported (only F32, F16 and "
            "BF16 weights)");
-  refuse_if_true(j, "attention_bias", "adds biases to the attention projections", source);
-  refuse_if_true(j, "mlp_bias", "adds biases to the feed-forward projections", source);
+  if (qwen2) {
+    check_full_attention(j, source);
+  } else {
+    // Llama's attention_bias also adds one to the output projection.
+    refuse_if_true(j, "attention_bias", "adds biases to the attention projections", source);
+    refuse_if_true(j, "mlp_bias", "adds biases to the feed-forward projections", source);
+  }
   if (j.contains("hidden_act")) {
     const json& act = j.at("hidden_act");
     SG_CHECK(act == "silu" || act == "swish", source, ": \"hidden_act\" is ", brief(act),
@@ -113,6 +140,7 @@ LlamaConfig parse_hf_config(const json& j, const std::string& source) {
   c.norm_eps = config_number(j, "rms_norm_eps", kHfNormEps, source);
   c.rope_theta = theta;
   c.rope_style = ops::RopeStyle::half;
+  c.attention_bias = qwen2;  // Qwen2's q, k and v projections always have one
   c.shared_classifier = false;
   if (j.contains("tie_word_embeddings")) {
     const json& v = j.at("tie_word_embeddings");
@@ -217,8 +245,9 @@ const char* torch_dtype(DType dtype) {
 
 std::string hf_config_json(const LlamaConfig& c, DType dtype) {
   json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  // A model with attention biases is Qwen2's architecture.
+  j["architectures"] = {c.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = c.attention_bias ? "qwen2" : "llama";
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.hidden_dim;
   j["num_hidden_layers"] = c.n_layers;
@@ -231,8 +260,10 @@ std::string hf_config_json(const LlamaConfig& c, DType dtype) {
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = nullptr;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (!c.attention_bias) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   j["tie_word_embeddings"] = c.shared_classifier;
   j["torch_dtype"] = torch_dtype(dtype);
   return j.dump(2) + "\n";
@@ -288,12 +319,12 @@ std::vector<std::pair<std::size_t, std::size_t>> split(const std::vector<std::ui
 
 Tensor permute_rows(const Tensor& t, std::int64_t heads, std::int64_t head_size, bool to_half,
                     const std::string& what) {
-  SG_CHECK(t.defined() && t.ndim() == 2 && t.shape()[0] == heads * head_size, what, " is ",
-           t.defined() ? t.str() : std::string("undefined"), "; expected ", heads * head_size,
-           " rows");
+  SG_CHECK(t.defined() && (t.ndim() == 2 || t.ndim() == 1) && t.shape()[0] == heads * head_size,
+           what, " is ", t.defined() ? t.str() : std::string("undefined"), "; expected ",
+           heads * head_size, " rows");
   const std::vector<float> in = t.to_floats();
   std::vector<float> out(in.size());
-  const auto cols = static_cast<std::size_t>(t.shape()[1]);
+  const auto cols = static_cast<std::size_t>(t.ndim() == 2 ? t.shape()[1] : 1);  // a bias: 1
   const std::int64_t half = head_size / 2;
   for (std::int64_t h = 0; h < heads; ++h) {
     for (std::int64_t i = 0; i < half; ++i) {
@@ -417,6 +448,10 @@ LlamaModel convert_rope_style(const LlamaModel& model, ops::RopeStyle style) {
     const std::string at = "convert_rope_style: layers." + std::to_string(l);
     layer.wq = detail::permute_rows(layer.wq, c.n_heads, c.head_size(), to_half, at + ".wq");
     layer.wk = detail::permute_rows(layer.wk, c.n_kv_heads, c.head_size(), to_half, at + ".wk");
+    if (c.attention_bias) {  // a bias entry follows its row
+      layer.bq = detail::permute_rows(layer.bq, c.n_heads, c.head_size(), to_half, at + ".bq");
+      layer.bk = detail::permute_rows(layer.bk, c.n_kv_heads, c.head_size(), to_half, at + ".bk");
+    }
   }
   LlamaConfig out = c;
   out.rope_style = style;

@@ -184,6 +184,9 @@ void save_llama2c(const LlamaModel& model, const std::string& path, DType dtype)
       c.rope_style == ops::RopeStyle::interleaved && c.rope_theta == 10000.0 && c.norm_eps == 1e-5,
       path, ": the llama2.c format implies interleaved rope, rope_theta 10000 and norm_eps ",
       "1e-5; this model has ", c.str(), " (use safetensors)");
+  SG_CHECK(!c.attention_bias, path,
+           ": the llama2.c format has no attention biases; this model has them (use safetensors "
+           "or --to hf)");
   const LlamaWeights& w = model.weights();
   c.shared_classifier = classifier_is_shared(w);
   constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();

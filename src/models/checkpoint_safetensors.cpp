@@ -62,6 +62,11 @@ ParsedConfig parse_config(std::string_view text, const std::string& source) {
     SG_CHECK(ok, source, ": \"rope_style\" must be \"interleaved\" or \"half\", got ", brief(v));
     if (v == "half") c.rope_style = ops::RopeStyle::half;
   }
+  if (j.contains("attention_bias")) {
+    const json& v = j.at("attention_bias");
+    SG_CHECK(v.is_boolean(), source, ": \"attention_bias\" must be true or false, got ", brief(v));
+    c.attention_bias = v.get<bool>();
+  }
   detail::validate_config(c, source);
   return {c, false};
 }
@@ -78,6 +83,7 @@ std::string config_to_json(const LlamaConfig& c) {
   j["norm_eps"] = c.norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_style"] = c.rope_style == ops::RopeStyle::half ? "half" : "interleaved";
+  if (c.attention_bias) j["attention_bias"] = true;
   return j.dump(2) + "\n";
 }
 

@@ -11,8 +11,9 @@
 namespace sinkgraph::models {
 
 std::int64_t LlamaConfig::num_parameters() const {
-  const std::int64_t per_layer =
-      2 * dim + 2 * dim * dim + 2 * kv_dim() * dim + 3 * hidden_dim * dim;
+  const std::int64_t per_layer = 2 * dim + 2 * dim * dim + 2 * kv_dim() * dim +
+                                 3 * hidden_dim * dim +
+                                 (attention_bias ? dim + 2 * kv_dim() : 0);
   return vocab_size * dim * (shared_classifier ? 1 : 2) + n_layers * per_layer + dim;
 }
 
@@ -45,7 +46,8 @@ std::string LlamaConfig::str() const {
       << n_heads << ", kv heads " << n_kv_heads << ", vocab " << vocab_size << ", seq_len "
       << max_seq_len << ", rope "
       << (rope_style == ops::RopeStyle::interleaved ? "interleaved" : "half")
-      << (shared_classifier ? ", shared classifier" : ", separate classifier");
+      << (shared_classifier ? ", shared classifier" : ", separate classifier")
+      << (attention_bias ? ", attention biases" : "");
   return out.str();
 }
 
@@ -93,6 +95,12 @@ Split split_of(const LlamaConfig& c, const TensorParallel& tp) {
           by_vocab ? c.vocab_size / tp.size : c.vocab_size};
 }
 
+// x @ w^T, plus the bias where the model has one (attention_bias).
+Tensor project(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const Tensor y = ops::linear(x, w);
+  return bias.defined() ? ops::add(y, bias) : y;
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, TensorParallel tp)
@@ -112,6 +120,14 @@ LlamaModel::LlamaModel(LlamaConfig config, LlamaWeights weights, TensorParallel 
     check_shape(l.wk, {s.kv_heads * d, c.dim}, p + "attention.wk.weight");
     check_shape(l.wv, {s.kv_heads * d, c.dim}, p + "attention.wv.weight");
     check_shape(l.wo, {c.dim, s.heads * d}, p + "attention.wo.weight");
+    if (c.attention_bias) {
+      check_shape(l.bq, {s.heads * d}, p + "attention.wq.bias");
+      check_shape(l.bk, {s.kv_heads * d}, p + "attention.wk.bias");
+      check_shape(l.bv, {s.kv_heads * d}, p + "attention.wv.bias");
+    } else {
+      SG_CHECK(!l.bq.defined() && !l.bk.defined() && !l.bv.defined(), "model: layer ", i,
+               " has attention biases but the config has none (attention_bias false)");
+    }
     check_shape(l.ffn_norm, {c.dim}, p + "ffn_norm.weight");
     check_shape(l.w1, {s.hidden, c.dim}, p + "feed_forward.w1.weight");
     check_shape(l.w2, {c.dim, s.hidden}, p + "feed_forward.w2.weight");
@@ -194,9 +210,9 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     // Attention: q, k, v; rotate q and k; write k and v into the cache at pos0.
     const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
-    Tensor q = ops::view(ops::linear(h, w.wq), {p, s.heads, d});
-    Tensor k = ops::view(ops::linear(h, w.wk), {p, s.kv_heads, d});
-    const Tensor v = ops::view(ops::linear(h, w.wv), {p, s.kv_heads, d});
+    Tensor q = ops::view(project(h, w.wq, w.bq), {p, s.heads, d});
+    Tensor k = ops::view(project(h, w.wk, w.bk), {p, s.kv_heads, d});
+    const Tensor v = ops::view(project(h, w.wv, w.bv), {p, s.kv_heads, d});
     q = ops::rope(q, pos0, c.rope_theta, c.rope_style);
     k = ops::rope(k, pos0, c.rope_theta, c.rope_style);
     const Tensor layer = ops::narrow(kv_cache, 0, l, 1);  // [1, 2, S, Hkv, D]
@@ -238,9 +254,9 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
-    Tensor q = ops::view(ops::linear(h, w.wq), {b, s.heads, d});
-    Tensor k = ops::view(ops::linear(h, w.wk), {b, s.kv_heads, d});
-    const Tensor v = ops::view(ops::linear(h, w.wv), {b, s.kv_heads, d});
+    Tensor q = ops::view(project(h, w.wq, w.bq), {b, s.heads, d});
+    Tensor k = ops::view(project(h, w.wk, w.bk), {b, s.kv_heads, d});
+    const Tensor v = ops::view(project(h, w.wv, w.bv), {b, s.kv_heads, d});
     q = ops::rope_rows(q, pos, c.rope_theta, c.rope_style);
     k = ops::rope_rows(k, pos, c.rope_theta, c.rope_style);
     // [B, 2, S, Hkv, D], then k and v [B, S, Hkv, D]: strided views of the
@@ -305,6 +321,11 @@ NamedTensors LlamaModel::named_parameters() const {
     out.emplace_back(p + "attention.wk.weight", &l.wk);
     out.emplace_back(p + "attention.wv.weight", &l.wv);
     out.emplace_back(p + "attention.wo.weight", &l.wo);
+    if (l.bq.defined()) {
+      out.emplace_back(p + "attention.wq.bias", &l.bq);
+      out.emplace_back(p + "attention.wk.bias", &l.bk);
+      out.emplace_back(p + "attention.wv.bias", &l.bv);
+    }
     out.emplace_back(p + "ffn_norm.weight", &l.ffn_norm);
     out.emplace_back(p + "feed_forward.w1.weight", &l.w1);
     out.emplace_back(p + "feed_forward.w2.weight", &l.w2);
@@ -345,6 +366,11 @@ LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed) {
     layer.wk = uniform({c.kv_dim(), c.dim}, fan_in(c.dim));
     layer.wv = uniform({c.kv_dim(), c.dim}, fan_in(c.dim));
     layer.wo = uniform({c.dim, c.dim}, fan_in(c.dim));
+    if (c.attention_bias) {
+      layer.bq = uniform({c.dim}, fan_in(c.dim));
+      layer.bk = uniform({c.kv_dim()}, fan_in(c.dim));
+      layer.bv = uniform({c.kv_dim()}, fan_in(c.dim));
+    }
     layer.ffn_norm = ones(c.dim);
     layer.w1 = uniform({c.hidden_dim, c.dim}, fan_in(c.dim));
     layer.w2 = uniform({c.dim, c.hidden_dim}, fan_in(c.hidden_dim));
@@ -375,8 +401,10 @@ std::optional<ShardSlice> shard_slice(const LlamaConfig& c, const TensorParallel
   if (tp.size == 1) return std::nullopt;
   const std::int64_t d = c.head_size();
   const auto rank_part = [&](int dim, std::int64_t n) { return ShardSlice{dim, tp.rank * n, n}; };
-  if (member == &LlamaLayer::wq) return rank_part(0, s.heads * d);
-  if (member == &LlamaLayer::wk || member == &LlamaLayer::wv) return rank_part(0, s.kv_heads * d);
+  if (member == &LlamaLayer::wq || member == &LlamaLayer::bq) return rank_part(0, s.heads * d);
+  if (member == &LlamaLayer::wk || member == &LlamaLayer::wv || member == &LlamaLayer::bk ||
+      member == &LlamaLayer::bv)
+    return rank_part(0, s.kv_heads * d);
   if (member == &LlamaLayer::wo) return rank_part(1, s.heads * d);
   if (member == &LlamaLayer::w1 || member == &LlamaLayer::w3) return rank_part(0, s.hidden);
   if (member == &LlamaLayer::w2) return rank_part(1, s.hidden);
@@ -399,7 +427,7 @@ LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
   // copied out so that the whole tensor can be released.
   const auto part = [&](const LlamaLayer& l, Tensor LlamaLayer::*member) {
     const std::optional<detail::ShardSlice> s = detail::shard_slice(c, tp, member);
-    if (!s) return l.*member;
+    if (!s || !(l.*member).defined()) return l.*member;
     const Tensor slice = ops::narrow(l.*member, s->dim, s->start, s->count);
     Tensor out = ops::zeros(slice.sym_shape());
     ops::copy_(out, slice);
@@ -413,7 +441,7 @@ LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
     for (Tensor LlamaLayer::*member :
          {&LlamaLayer::attention_norm, &LlamaLayer::wq, &LlamaLayer::wk, &LlamaLayer::wv,
           &LlamaLayer::wo, &LlamaLayer::ffn_norm, &LlamaLayer::w1, &LlamaLayer::w2,
-          &LlamaLayer::w3}) {
+          &LlamaLayer::w3, &LlamaLayer::bq, &LlamaLayer::bk, &LlamaLayer::bv}) {
       out.*member = part(l, member);
     }
     w.layers.push_back(std::move(out));

@@ -237,7 +237,13 @@ const LayerField kFields[kLayerFields] = {
     {"ffn_norm.weight", "post_attention_layernorm.weight", &LlamaLayer::ffn_norm},
     {"feed_forward.w1.weight", "mlp.gate_proj.weight", &LlamaLayer::w1},
     {"feed_forward.w2.weight", "mlp.down_proj.weight", &LlamaLayer::w2},
-    {"feed_forward.w3.weight", "mlp.up_proj.weight", &LlamaLayer::w3}};
+    {"feed_forward.w3.weight", "mlp.up_proj.weight", &LlamaLayer::w3},
+    {"attention.wq.bias", "self_attn.q_proj.bias", &LlamaLayer::bq},
+    {"attention.wk.bias", "self_attn.k_proj.bias", &LlamaLayer::bk},
+    {"attention.wv.bias", "self_attn.v_proj.bias", &LlamaLayer::bv}};
+// Fields from here on are the attention biases (LlamaConfig::attention_bias).
+constexpr int kFirstBias = 9;
+int layer_fields(const LlamaConfig& c) { return c.attention_bias ? kLayerFields : kFirstBias; }
 
 // Top-level names by field: embedding, final norm, classifier.
 const char* const kOurTop[3] = {"tok_embeddings.weight", "norm.weight", "output.weight"};
@@ -255,7 +261,7 @@ std::optional<Slot> parse_named(std::string_view name, const LlamaConfig& c,
   if (!name.starts_with(layer_prefix)) return std::nullopt;
   const auto layer = parse_layer_prefix(name.substr(layer_prefix.size()), c.n_layers);
   if (!layer) return std::nullopt;
-  for (int f = 0; f < kLayerFields; ++f) {
+  for (int f = 0; f < layer_fields(c); ++f) {
     if (layer->second == kFields[f].*field_name) return Slot{layer->first, f, false};
   }
   if (field_name == &LayerField::hf && layer->second == kHfInvFreq)
@@ -314,8 +320,12 @@ Shape slot_shape(const LlamaConfig& c, const Slot& s) {
     case 6:
     case 8:
       return {c.hidden_dim, c.dim};
-    default:
+    case 7:
       return {c.dim, c.hidden_dim};
+    case 9:
+      return {c.dim};
+    default:
+      return {c.kv_dim()};
   }
 }
 
@@ -342,7 +352,7 @@ const Naming& hf_naming() {
 std::vector<Slot> weight_slots(const LlamaConfig& c) {
   std::vector<Slot> slots{{-1, 0, false}};
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
-    for (int f = 0; f < kLayerFields; ++f) slots.push_back({l, f, false});
+    for (int f = 0; f < layer_fields(c); ++f) slots.push_back({l, f, false});
   }
   slots.push_back({-1, 1, false});
   if (!c.shared_classifier) slots.push_back({-1, 2, false});

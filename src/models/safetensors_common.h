@@ -76,9 +76,10 @@ const char* safetensors_dtype(DType dtype);
 
 // ---- where tensors go ----
 
-constexpr int kLayerFields = 9;
+constexpr int kLayerFields = 12;
 // A Llama weight: a layer and its field (kFields order: attention_norm, wq,
-// wk, wv, wo, ffn_norm, w1, w2, w3), or layer -1 and a top-level field (0 the
+// wk, wv, wo, ffn_norm, w1, w2, w3, then the biases bq, bk, bv that only a
+// config with attention_bias has), or layer -1 and a top-level field (0 the
 // token embedding, 1 the final norm, 2 the classifier). `ignored`: a tensor
 // the layout allows and the model does not use (HF's rotary inv_freq buffers).
 struct Slot {

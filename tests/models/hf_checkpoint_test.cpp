@@ -3,7 +3,8 @@
 // sharded, reproduces the llama2.c reference ids in every mode; the q/k row
 // permutation against HF's conversion script's formula and against the
 // llama2.c model's logits; HF config keys read and refused; index files that
-// disagree with their shards; tied and untied classifiers.
+// disagree with their shards; tied and untied classifiers; Qwen2's attention
+// biases (permuted with their rows, sharded, refused where not written).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -458,6 +459,138 @@ TEST(models_hf, ConfigKeysThatChangeTheMathAreRefused) {
              {"model.layers.0.self_attn.k_proj.weight", "shape"});
   expect_bad([](json& c) { c["num_hidden_layers"] = 1; },
              {"model.layers.1.", "not a Llama weight"});
+}
+
+// ---- Qwen2: attention biases ----
+
+LlamaConfig bias_config(std::int64_t kv_heads = 2) {
+  LlamaConfig c = small_config(false, kv_heads);
+  c.attention_bias = true;
+  return c;
+}
+
+TEST(models_hf, AttentionBiasesChangeTheLogits) {
+  // The same weights without the biases: a forward that dropped them would
+  // give these logits.
+  const LlamaModel m = random_model(bias_config(), 31);
+  LlamaWeights w = m.weights();
+  LlamaConfig c = m.config();
+  c.attention_bias = false;
+  for (LlamaLayer& l : w.layers) l.bq = l.bk = l.bv = Tensor();
+  const LlamaModel plain(c, w);
+  const std::vector<std::int64_t> tokens = {1, 7, 3, 39, 0, 12};
+  EXPECT_GT(max_abs_diff(logits(m, tokens), logits(plain, tokens)), 1e-3F);
+  EXPECT_EQ(m.config().num_parameters(),
+            plain.config().num_parameters() + 2 * (c.dim + 2 * c.kv_dim()));
+  EXPECT_NE(m.trace_key(), plain.trace_key());
+  // A model whose weights and config disagree about biases is refused.
+  expect_error([&] { (void)LlamaModel(c, m.weights()); },
+               {"layer 0 has attention biases", "attention_bias false"});
+  LlamaConfig with = c;
+  with.attention_bias = true;
+  expect_error([&] { (void)LlamaModel(with, w); }, {"attention.wq.bias", "missing"});
+}
+
+TEST(models_hf, AttentionBiasesAreWrittenAsQwen2AndPermutedWithTheirRows) {
+  // The interleaved model is the reference: the HF checkpoint holds permuted
+  // q/k rows, and a bias entry must move with its row or every score shifts.
+  const std::vector<std::int64_t> tokens = {1, 7, 3, 39, 0, 12, 25, 8, 8, 30, 2, 17};
+  for (const std::int64_t kv : {1, 2, 4}) {
+    SCOPED_TRACE("kv heads " + std::to_string(kv));
+    const LlamaModel m = random_model(bias_config(kv), 33);
+    const TempDir dir;
+    save_model(m, dir.path(), CheckpointFormat::hf);
+    const json config = json::parse(read_text(dir.file("config.json")));
+    EXPECT_EQ(config.at("model_type"), "qwen2");
+    EXPECT_EQ(config.at("architectures")[0], "Qwen2ForCausalLM");
+    const StFile f = StFile::read(dir.file("model.safetensors"));
+    EXPECT_EQ(f.header.at("model.layers.1.self_attn.k_proj.bias").at("shape"),
+              json::array({kv * 8}));
+    EXPECT_EQ(f.floats("model.layers.0.self_attn.v_proj.bias"),
+              m.weights().layers[0].bv.to_floats());  // v is not rotated: as it was
+    EXPECT_FALSE(f.header.contains("model.layers.0.self_attn.o_proj.bias"));
+    const LlamaModel hf = load_model(dir.path());
+    EXPECT_TRUE(hf.config().attention_bias);
+    EXPECT_LE(max_abs_diff(logits(hf, tokens), logits(m, tokens)), 1e-5F);
+  }
+}
+
+TEST(models_hf, AttentionBiasesInOurLayoutAndTheirRefusals) {
+  const LlamaModel m = random_model(bias_config(), 35);
+  const std::vector<std::int64_t> tokens = {3, 1, 4, 1, 5, 9, 2, 6};
+  const TempDir dir;
+  save_model(m, dir.file("ours"), CheckpointFormat::safetensors);
+  EXPECT_EQ(json::parse(read_text(dir.file("ours/config.json"))).at("attention_bias"), true);
+  EXPECT_EQ(logits(load_model(dir.file("ours")), tokens), logits(m, tokens));
+  expect_error([&] { save_model(m, dir.file("m.bin"), CheckpointFormat::llama2c); },
+               {"m.bin", "no attention biases"});
+  // A bias tensor in a checkpoint whose config has none is not a weight of it.
+  json plain = json::parse(read_text(dir.file("ours/config.json")));
+  plain.erase("attention_bias");
+  write_text(dir.file("ours/config.json"), plain.dump());
+  expect_error([&] { (void)load_model(dir.file("ours")); },
+               {"layers.0.attention.w", ".bias", "not a Llama weight"});
+}
+
+TEST(models_hf, Qwen2ConfigKeys) {
+  const TempDir dir;
+  save_hf(random_model(bias_config(), 37), dir.path());
+  const Bytes bytes = read_bytes(dir.file("model.safetensors"));
+  const json config = json::parse(read_text(dir.file("config.json")));
+  const auto parse = [&](const json& c) {
+    return parse_safetensors(bytes, c.dump(), "qwen.safetensors");
+  };
+  // What transformers 5 writes for a Qwen2 model of full attention.
+  json c = config;
+  c["layer_types"] = {"full_attention", "full_attention"};
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = 28;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  const LlamaConfig read = parse(c).config();
+  EXPECT_TRUE(read.attention_bias);
+  EXPECT_EQ(read.rope_theta, 1000000.0);
+  // A sliding window is refused, from layer_types or (older configs) the flag.
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  expect_error([&] { (void)parse(c); }, {"layer_types\"[1]", "sliding_attention"});
+  c["layer_types"] = "full_attention";
+  expect_error([&] { (void)parse(c); }, {"layer_types", "array"});
+  c.erase("layer_types");
+  c["use_sliding_window"] = true;
+  expect_error([&] { (void)parse(c); }, {"\"use_sliding_window\": true", "sliding window"});
+  // The same tensors under a Llama config: Llama has no q/k/v biases.
+  c = config;
+  c["model_type"] = "llama";
+  expect_error([&] { (void)parse(c); }, {"self_attn.", "_proj.bias", "not a Llama weight"});
+}
+
+TEST(models_hf, AttentionBiasesUnderTensorParallelismAndInEveryMode) {
+  const LlamaModel m = random_model(bias_config(), 39);
+  const TempDir dir;
+  save_hf(m, dir.path(), DType::f32, 3);
+  const LlamaModel whole = load_model(dir.path());
+  for (const std::int64_t rank : {0, 1}) {
+    const TensorParallel tp{0, rank, 2, ClassifierSplit::vocab};
+    const LlamaModel loaded = load_model(dir.path(), tp);
+    const LlamaModel cut = shard_model(whole, tp);
+    for (std::size_t l = 0; l < 2; ++l) {
+      const LlamaLayer& a = loaded.weights().layers[l];
+      const LlamaLayer& b = cut.weights().layers[l];
+      EXPECT_EQ(a.bq.shape(), Shape({16}));
+      EXPECT_EQ(a.bk.shape(), Shape({8}));
+      EXPECT_EQ(a.bq.to_floats(), b.bq.to_floats());
+      EXPECT_EQ(a.bk.to_floats(), b.bk.to_floats());
+      EXPECT_EQ(a.bv.to_floats(), b.bv.to_floats());
+    }
+  }
+  tools::GenerateOptions o;
+  o.steps = 12;
+  o.mode = Mode::eager;
+  const auto want = tools::generate(whole, o).ids;
+  for (const Mode mode : {Mode::reduce_overhead, Mode::max_autotune}) {
+    o.mode = mode;
+    EXPECT_EQ(tools::generate(whole, o).ids, want) << mode_name(mode);
+  }
 }
 
 // ---- the classifier ----
