@@ -12,8 +12,7 @@ namespace sinkgraph::models {
 
 std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t per_layer = 2 * dim + 2 * dim * dim + 2 * kv_dim() * dim +
-                                 3 * hidden_dim * dim +
-                                 (attention_bias ? dim + 2 * kv_dim() : 0);
+                                 3 * hidden_dim * dim + (attention_bias ? dim + 2 * kv_dim() : 0);
   return vocab_size * dim * (shared_classifier ? 1 : 2) + n_layers * per_layer + dim;
 }
 
@@ -440,8 +439,8 @@ LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
     LlamaLayer out;
     for (Tensor LlamaLayer::*member :
          {&LlamaLayer::attention_norm, &LlamaLayer::wq, &LlamaLayer::wk, &LlamaLayer::wv,
-          &LlamaLayer::wo, &LlamaLayer::ffn_norm, &LlamaLayer::w1, &LlamaLayer::w2,
-          &LlamaLayer::w3, &LlamaLayer::bq, &LlamaLayer::bk, &LlamaLayer::bv}) {
+          &LlamaLayer::wo, &LlamaLayer::ffn_norm, &LlamaLayer::w1, &LlamaLayer::w2, &LlamaLayer::w3,
+          &LlamaLayer::bq, &LlamaLayer::bk, &LlamaLayer::bv}) {
       out.*member = part(l, member);
     }
     w.layers.push_back(std::move(out));
