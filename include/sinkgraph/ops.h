@@ -32,6 +32,11 @@ SG_API Tensor tanh(const Tensor& x);
 SG_API Tensor sigmoid(const Tensor& x);
 SG_API Tensor hardswish(const Tensor& x);    // x * relu6(x + 3) / 6, as torch
 SG_API Tensor hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6, as torch
+SG_API Tensor cos(const Tensor& x);
+SG_API Tensor sin(const Tensor& x);
+// cond ? a : b elementwise, as torch.where: cond bool, a and b of one dtype
+// (any), the three broadcast together.
+SG_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // a[..., M, K] @ b[K, N] or batched a[B..., M, K] @ b[B..., K, N].
 SG_API Tensor matmul(const Tensor& a, const Tensor& b);
@@ -121,6 +126,11 @@ SG_API Tensor attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, 
 // columns each; every query sees every key. Returns [B, L, E]:
 // softmax(q_h k_h^T * scale) v_h per head. Rows may be strided (slices of
 // one fused q/k/v projection).
+// Heads-first form (torch's layout): q[B, H, L, D], k and v [B, Hkv, S, D]
+// with Hkv dividing H = `heads` (grouped-query attention: query head h reads
+// kv head h / (H / Hkv)), any strides, so a permuted view or a KV cache is
+// read in place. Returns [B, L, H * D], as the embedding form. Every sdpa
+// operator below takes both forms.
 SG_API Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                    double scale);
 // sdpa with an additive mask, as torch's scaled_dot_product_attention takes a
@@ -154,8 +164,8 @@ SG_API Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool 
 // `activation` is applied after the bias: -1 for none, else a unary function
 // index (src/kernels/fused_program.h, fused::UnaryFn: neg 0, exp 1, sqrt 2,
 // rsqrt 3, erf 4, relu 5, silu 6, gelu 7, tanh 8, sigmoid 9, hardswish 10,
-// hardsigmoid 11), bitwise that operator applied to the plain conv2d. Set by
-// max-autotune's fuse_conv_activation pass.
+// hardsigmoid 11, cos 12, sin 13), bitwise that operator applied to the plain
+// conv2d. Set by max-autotune's fuse_conv_activation pass.
 SG_API Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::int64_t stride_h = 1,
                      std::int64_t stride_w = 1, std::int64_t pad_h = 0, std::int64_t pad_w = 0,
                      std::int64_t dil_h = 1, std::int64_t dil_w = 1, std::int64_t groups = 1,

@@ -192,9 +192,37 @@ TensorMeta attention_shape(const ShapeArgs& args) {
   return q;
 }
 
+// The heads-first form: q[B, H, L, D], k and v [B, Hkv, S, D] (torch's
+// scaled_dot_product_attention layout, any strides), Hkv dividing H; the
+// result is [B, L, H * D], as the embedding form's.
+TensorMeta sdpa_heads_first_shape(const ShapeArgs& args) {
+  const TensorMeta& q = args.tensors[0];
+  const TensorMeta& k = args.tensors[1];
+  const TensorMeta& v = args.tensors[2];
+  check_floating(q, kSdpa, "q");
+  check_same_dtype(q, k, kSdpa, "q", "k");
+  check_same_dtype(q, v, kSdpa, "q", "v");
+  check_rank(k, 4, kSdpa, "k");
+  check_rank(v, 4, kSdpa, "v");
+  SG_CHECK(k.shape == v.shape, "sdpa: k", shape_str(k.shape), " and v", shape_str(v.shape),
+           " must have the same shape [B, Hkv, S, D]");
+  SG_CHECK(q.shape[0] == k.shape[0] && q.shape[3] == k.shape[3], "sdpa: q", shape_str(q.shape),
+           " and k", shape_str(k.shape), " must agree on the batch and the head size [B, *, *, D]");
+  const std::int64_t heads = args.integer(0);
+  const auto h = q.shape[1].maybe_value();
+  const auto hkv = k.shape[1].maybe_value();
+  SG_CHECK(heads > 0 && (!h || *h == heads), "sdpa: ", heads, " heads but q", shape_str(q.shape),
+           " has ", q.shape[1].str());
+  SG_CHECK(!hkv || (*hkv > 0 && heads % *hkv == 0), "sdpa: q has ", heads,
+           " heads, not a multiple of k's ", k.shape[1].str(), " kv heads");
+  SG_CHECK(!(k.shape[2] == SymInt(0)), "sdpa: no keys (k", shape_str(k.shape), ")");
+  return {q.dtype, SymShape{q.shape[0], q.shape[2], q.shape[1] * q.shape[3]}, q.device};
+}
+
 TensorMeta sdpa_shape(const ShapeArgs& args) {
   const TensorMeta& q = args.tensors[0];
   const TensorMeta& k = args.tensors[1];
+  if (q.shape.size() == 4) return sdpa_heads_first_shape(args);
   check_qkv(args, kSdpa, "[B, S, E]");
   SG_CHECK(q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], "sdpa: q", shape_str(q.shape),
            " and k", shape_str(k.shape), " must agree on the batch and the embedding [B, *, E]");
@@ -215,7 +243,10 @@ TensorMeta sdpa_mask_shape(const ShapeArgs& args) {
   check_same_dtype(q, mask, kSdpaMask, "q", "mask");
   check_rank(mask, 4, kSdpaMask, "mask");
   const SymInt heads(args.integer(0));
-  const SymInt want[4] = {q.shape[0], heads, q.shape[1], k.shape[1]};
+  // Queries and keys: dims 1 of q [B, L, E] and k [B, S, E], or 2 of the
+  // heads-first q [B, H, L, D] and k [B, Hkv, S, D].
+  const int rows = args.tensors[0].shape.size() == 4 ? 2 : 1;
+  const SymInt want[4] = {q.shape[0], heads, args.tensors[0].shape[rows], k.shape[rows]};
   for (int i = 0; i < 3; ++i) {
     SG_CHECK(mask.shape[i] == SymInt(1) || mask.shape[i] == want[i], "sdpa_mask: mask",
              shape_str(mask.shape), " does not broadcast to [batch, heads, queries, keys] = [",

@@ -646,4 +646,89 @@ TEST(ops_nn, sdpa_errors_name_the_operator_and_shapes) {
   }
 }
 
+// The heads-first form, as torch lays attention out: q[B, H, L, D] and k, v
+// [B, Hkv, S, D] read through their strides (permuted views of [B, rows, H,
+// D] data, and contiguous copies), grouped kv heads included. The reference
+// is the embedding form's, with each kv head repeated for its query heads.
+TEST(ops_nn, sdpa_heads_first_form_reads_torchs_layout_in_place_with_grouped_heads) {
+  const std::int64_t b = 2, l = 4, s = 6, heads = 4, kv_heads = 2, d = 8, e = heads * d;
+  const std::int64_t group = heads / kv_heads;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(38);
+  const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);             // [B, L, H, D]
+  const auto k = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);  // [B, S, Hkv, D]
+  const auto v = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);
+  auto m = sgtest::random_floats(rng, b * l * s, -2, 2);  // [B, 1, L, S]
+  for (std::int64_t j = 0; j < 2; ++j) m[(1 * l + 1) * s + j] = -inf;
+  // k and v with every kv head repeated for its query heads: [B, S, H * D].
+  const auto repeat = [&](const std::vector<float>& t) {
+    std::vector<float> out(static_cast<std::size_t>(b * s * e));
+    for (std::int64_t r = 0; r < b * s; ++r)
+      for (std::int64_t h = 0; h < heads; ++h)
+        for (std::int64_t c = 0; c < d; ++c)
+          out[(r * heads + h) * d + c] = t[(r * kv_heads + h / group) * d + c];
+    return out;
+  };
+  const auto kr = repeat(k), vr = repeat(v);
+  const auto none = [](std::int64_t, std::int64_t, std::int64_t, std::int64_t) { return 0.0F; };
+  const auto causal = [&](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+    return j > i ? -inf : 0.0F;
+  };
+  const auto masked = [&](std::int64_t bi, std::int64_t, std::int64_t i, std::int64_t j) {
+    return m[(bi * l + i) * s + j];
+  };
+  const Tensor mask = make(m, {b, 1, l, s});
+  for (const bool strided : {true, false}) {
+    SCOPED_TRACE(strided ? "permuted views" : "contiguous");
+    const auto heads_first = [&](const std::vector<float>& t, std::int64_t rows, std::int64_t h) {
+      const Tensor p = ops::permute(make(t, {b, rows, h, d}), {0, 2, 1, 3});
+      return strided ? p : ops::contiguous(p);
+    };
+    const Tensor tq = heads_first(q, l, heads);
+    const Tensor tk = heads_first(k, s, kv_heads);
+    const Tensor tv = heads_first(v, s, kv_heads);
+    EXPECT_EQ(tq.is_contiguous(), !strided);
+    const Tensor plain = ops::sdpa(tq, tk, tv, heads, 0.4);
+    EXPECT_EQ(plain.shape(), sinkgraph::Shape({b, l, e}));
+    EXPECT_TRUE(all_close(plain.to_floats(),
+                          masked_attention_reference(q, kr, vr, b, l, s, e, heads, 0.4, none), 1e-5,
+                          1e-6));
+    EXPECT_TRUE(all_close(ops::sdpa_causal(tq, tk, tv, heads, 0.4).to_floats(),
+                          masked_attention_reference(q, kr, vr, b, l, s, e, heads, 0.4, causal),
+                          1e-5, 1e-6));
+    EXPECT_TRUE(all_close(ops::sdpa_mask(tq, tk, tv, mask, heads, 0.4).to_floats(),
+                          masked_attention_reference(q, kr, vr, b, l, s, e, heads, 0.4, masked),
+                          1e-5, 1e-6));
+  }
+}
+
+TEST(ops_nn, sdpa_heads_first_errors_name_the_shapes) {
+  const Tensor q = Tensor::empty({1, 4, 3, 8}, DType::f32);
+  const Tensor k = Tensor::empty({1, 2, 5, 8}, DType::f32);
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const sinkgraph::Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { (void)ops::sdpa(q, k, k, 4, 1.0); }), "no error");
+  EXPECT_NE(message([&] { (void)ops::sdpa(q, k, k, 2, 1.0); }).find("sdpa: 2 heads but q[1,4,3,8]"),
+            std::string::npos);
+  const Tensor k3 = Tensor::empty({1, 3, 5, 8}, DType::f32);  // 3 kv heads do not divide 4
+  EXPECT_NE(message([&] { (void)ops::sdpa(q, k3, k3, 4, 1.0); }).find("not a multiple"),
+            std::string::npos);
+  const Tensor k6 = Tensor::empty({1, 2, 5, 6}, DType::f32);  // head size 6 against 8
+  EXPECT_NE(message([&] { (void)ops::sdpa(q, k6, k6, 4, 1.0); }).find("head size"),
+            std::string::npos);
+  const Tensor k3d = Tensor::empty({1, 5, 16}, DType::f32);
+  EXPECT_NE(message([&] { (void)ops::sdpa(q, k3d, k3d, 4, 1.0); }).find("argument 'k'"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              (void)ops::sdpa_mask(q, k, k, Tensor::empty({1, 1, 3, 4}, DType::f32), 4, 1.0);
+            }).find("keys"),
+            std::string::npos);  // the mask has 4 keys, k has 5
+}
+
 }  // namespace

@@ -7,7 +7,7 @@ import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, known_equal,
                        matmul2d, node_value, optional_overload, register, sg_op, transpose,
-                       unsqueeze, view, _is_tensor, _wrap_dim)
+                       view, _is_tensor, _wrap_dim)
 
 
 # ---- PyTorch's fused transformer fast paths -----------------------------------------------
@@ -204,24 +204,6 @@ def _flash_cpu_capability(node):
     return None
 
 
-def _merge_heads(t):
-    """[B, H, L, D] -> [B, L, H * D] (a copy unless the heads are already interleaved)."""
-    b, h, n, d = t.shape
-    return view(contiguous(sg_op("permute", [t], [0, 2, 1, 3])), [b, n, h * d])
-
-
-def _merge_kv_heads(t, heads):
-    """[B, Hk, S, D] -> [B, S, heads * D] with kv head j serving q heads
-    j*r..j*r+r-1 (torch's enable_gqa: repeat_interleave over the heads), in one
-    copy: the repeat is an expanded view, permuted and copied once."""
-    b, hk, s, d = t.shape
-    if hk == heads:
-        return _merge_heads(t)
-    rep = sg_op("expand", [unsqueeze(t, 2)], [b, hk, heads // hk, s, d])
-    rows = contiguous(sg_op("permute", [rep], [0, 3, 1, 2, 4]))  # [B, S, Hk, r, D]
-    return view(rows, [b, s, heads * d])
-
-
 @register(optional_overload("_scaled_dot_product_flash_attention_for_cpu.default"),
           capability=_flash_cpu_capability)
 def _sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None,
@@ -231,7 +213,9 @@ def _sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask
     b, h, n, d = query.shape
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    qkv = [_merge_heads(query), _merge_kv_heads(key, h), _merge_kv_heads(value, h)]
+    # The heads-first form reads q, k and v through their strides (a static
+    # KV cache in place, grouped kv heads without a copy): [B, L, H * D].
+    qkv = [query, key, value]
     if is_causal:
         out = sg_op("sdpa_causal", qkv, h, float(scale))  # [B, L, H * D]
     elif attn_mask is None:

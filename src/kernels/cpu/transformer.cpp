@@ -339,19 +339,39 @@ namespace {
 // scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
 // after the query's own index are left out, as torch's is_causal mask
 // (tril aligned to the top left) leaves them.
+// How one q, k or v operand of sdpa is walked: element (b, head, row, c) is
+// at b * batch + head * head + row * row + c * channel. The embedding form
+// [B, rows, H * D] puts head h at column h * D; the heads-first form [B, H,
+// rows, D] has a dim per index.
+struct HeadsView {
+  std::int64_t batch, head, row, channel;
+};
+HeadsView heads_view(const TensorArg& t, std::int64_t d) {
+  if (t.ndim == 4) return {t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
+  return {t.strides[0], d * t.strides[2], t.strides[1], t.strides[2]};
+}
+
 void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
-  const TensorArg& q = args.tensors[0];
-  const TensorArg& k = args.tensors[1];
-  const TensorArg& v = args.tensors[2];
+  const TensorArg& q_arg = args.tensors[0];
+  const TensorArg& k_arg = args.tensors[1];
+  const TensorArg& v_arg = args.tensors[2];
   const TensorArg& o = args.tensors[mask != nullptr ? 4 : 3];
   const std::int64_t heads = args.scalars[0].i;
   const auto scale = static_cast<float>(args.scalars[1].f);
-  const std::int64_t batch = q.sizes[0], len = q.sizes[1], e = q.sizes[2];
-  const std::int64_t src = k.sizes[1], d = e / heads;
-  dispatch_float(q.dtype, [&]<typename T>() {
-    const T* pq = static_cast<const T*>(q.data) + q.offset;
-    const T* pk = static_cast<const T*>(k.data) + k.offset;
-    const T* pv = static_cast<const T*>(v.data) + v.offset;
+  const bool heads_first = q_arg.ndim == 4;
+  const std::int64_t batch = q_arg.sizes[0];
+  const std::int64_t len = heads_first ? q_arg.sizes[2] : q_arg.sizes[1];
+  const std::int64_t d = heads_first ? q_arg.sizes[3] : q_arg.sizes[2] / heads;
+  const std::int64_t src = heads_first ? k_arg.sizes[2] : k_arg.sizes[1];
+  // Query heads per kv head (grouped-query attention, heads-first form only).
+  const std::int64_t group = heads_first ? heads / k_arg.sizes[1] : 1;
+  const HeadsView q = heads_view(q_arg, d);
+  const HeadsView k = heads_view(k_arg, d);
+  const HeadsView v = heads_view(v_arg, d);
+  dispatch_float(q_arg.dtype, [&]<typename T>() {
+    const T* pq = static_cast<const T*>(q_arg.data) + q_arg.offset;
+    const T* pk = static_cast<const T*>(k_arg.data) + k_arg.offset;
+    const T* pv = static_cast<const T*>(v_arg.data) + v_arg.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
     // Mask strides, 0 along a broadcast (size-1) dim.
     const T* pm = mask != nullptr ? static_cast<const T*>(mask->data) + mask->offset : nullptr;
@@ -359,67 +379,68 @@ void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, 
     if (mask != nullptr) {
       for (int i = 0; i < 4; ++i) ms[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
     }
-    const bool rows_f32 = std::is_same_v<T, float> && q.strides[2] == 1 && k.strides[2] == 1;
-    parallel_for(
-        ctx, batch * heads * len, grain_for(2 * src * d),
-        [&](std::int64_t begin, std::int64_t end) {
-          thread_local std::vector<float> scratch;
-          scratch.resize(static_cast<std::size_t>(src + 2 * d));
-          float* scores = scratch.data();
-          float* qf = scores + src;
-          float* acc = qf + d;
-          for (std::int64_t task = begin; task < end; ++task) {
-            const std::int64_t i = task % len;
-            const std::int64_t h = (task / len) % heads;
-            const std::int64_t b = task / (len * heads);
-            const T* qrow = pq + b * q.strides[0] + i * q.strides[1] + h * d * q.strides[2];
-            const T* kbase = pk + b * k.strides[0] + h * d * k.strides[2];
-            const T* vbase = pv + b * v.strides[0] + h * d * v.strides[2];
-            const T* mrow = pm != nullptr ? pm + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
-            const std::int64_t keys = causal ? std::min(src, i + 1) : src;
-            float mx = -std::numeric_limits<float>::infinity();
-            for (std::int64_t j = 0; j < keys; ++j) {
-              const T* krow = kbase + j * k.strides[1];
-              float dot = 0.0F;
-              if constexpr (std::is_same_v<T, float>) {
-                if (rows_f32) dot = vec::dot(qrow, krow, d);
-              }
-              if (!rows_f32) {
-                for (std::int64_t c = 0; c < d; ++c) {
-                  dot += load(qrow + c * q.strides[2]) * load(krow + c * k.strides[2]);
-                }
-              }
-              scores[j] = dot * scale;
-              if (mrow != nullptr) scores[j] += load(mrow + j * ms[3]);
-              mx = std::max(mx, scores[j]);
-            }
-            T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
-            if (mrow != nullptr && mx == -std::numeric_limits<float>::infinity()) {
-              // Every key masked: zeros, as torch's CPU kernel gives.
-              for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], 0.0F);
-              continue;
-            }
-            float sum = 0.0F;
-            for (std::int64_t j = 0; j < keys; ++j) {
-              scores[j] = vec::exp(scores[j] - mx);
-              sum += scores[j];
-            }
-            const float inv = 1.0F / sum;
-            for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
-            for (std::int64_t j = 0; j < keys; ++j) {
-              const float p = scores[j] * inv;
-              const T* vrow = vbase + j * v.strides[1];
-              if constexpr (std::is_same_v<T, float>) {
-                if (v.strides[2] == 1) {  // unit stride: the compiler vectorizes this loop
-                  for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
-                  continue;
-                }
-              }
-              for (std::int64_t c = 0; c < d; ++c) acc[c] += p * load(vrow + c * v.strides[2]);
-            }
-            for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
-          }
-        });
+    const bool rows_f32 = std::is_same_v<T, float> && q.channel == 1 && k.channel == 1;
+    parallel_for(ctx, batch * heads * len, grain_for(2 * src * d),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   thread_local std::vector<float> scratch;
+                   scratch.resize(static_cast<std::size_t>(src + 2 * d));
+                   float* scores = scratch.data();
+                   float* qf = scores + src;
+                   float* acc = qf + d;
+                   for (std::int64_t task = begin; task < end; ++task) {
+                     const std::int64_t i = task % len;
+                     const std::int64_t h = (task / len) % heads;
+                     const std::int64_t b = task / (len * heads);
+                     const T* qrow = pq + b * q.batch + h * q.head + i * q.row;
+                     const T* kbase = pk + b * k.batch + (h / group) * k.head;
+                     const T* vbase = pv + b * v.batch + (h / group) * v.head;
+                     const T* mrow =
+                         pm != nullptr ? pm + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
+                     const std::int64_t keys = causal ? std::min(src, i + 1) : src;
+                     float mx = -std::numeric_limits<float>::infinity();
+                     for (std::int64_t j = 0; j < keys; ++j) {
+                       const T* krow = kbase + j * k.row;
+                       float dot = 0.0F;
+                       if constexpr (std::is_same_v<T, float>) {
+                         if (rows_f32) dot = vec::dot(qrow, krow, d);
+                       }
+                       if (!rows_f32) {
+                         for (std::int64_t c = 0; c < d; ++c) {
+                           dot += load(qrow + c * q.channel) * load(krow + c * k.channel);
+                         }
+                       }
+                       scores[j] = dot * scale;
+                       if (mrow != nullptr) scores[j] += load(mrow + j * ms[3]);
+                       mx = std::max(mx, scores[j]);
+                     }
+                     T* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
+                     if (mrow != nullptr && mx == -std::numeric_limits<float>::infinity()) {
+                       // Every key masked: zeros, as torch's CPU kernel gives.
+                       for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], 0.0F);
+                       continue;
+                     }
+                     float sum = 0.0F;
+                     for (std::int64_t j = 0; j < keys; ++j) {
+                       scores[j] = vec::exp(scores[j] - mx);
+                       sum += scores[j];
+                     }
+                     const float inv = 1.0F / sum;
+                     for (std::int64_t c = 0; c < d; ++c) acc[c] = 0.0F;
+                     for (std::int64_t j = 0; j < keys; ++j) {
+                       const float p = scores[j] * inv;
+                       const T* vrow = vbase + j * v.row;
+                       if constexpr (std::is_same_v<T, float>) {
+                         if (v.channel == 1) {  // unit stride: the compiler vectorizes this loop
+                           for (std::int64_t c = 0; c < d; ++c) acc[c] += p * vrow[c];
+                           continue;
+                         }
+                       }
+                       for (std::int64_t c = 0; c < d; ++c)
+                         acc[c] += p * load(vrow + c * v.channel);
+                     }
+                     for (std::int64_t c = 0; c < d; ++c) store(orow + c * o.strides[2], acc[c]);
+                   }
+                 });
   });
 }
 
