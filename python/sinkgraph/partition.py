@@ -31,11 +31,29 @@ def _tensor_metas(value):
 _ANY_DTYPE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "permute",
               "transpose", "t", "unsqueeze", "squeeze", "select", "slice", "split",
               "split_with_sizes", "cat", "stack", "clone", "detach", "alias", "lift_fresh_copy",
-              "copy_", "index_copy", "embedding", "argmax", "full", "arange", "empty", "zeros",
+              "copy_", "index_copy", "embedding", "argmax", "full", "full_like", "arange", "empty",
+              "zeros",
+              # selects elements (its capability check asks for a bool condition)
+              "where",
               # a conversion to a floating dtype (its capability check names the sources)
               "_to_copy",
               # its int64 indices are refused by the converter when anything reads them
               "max_pool2d_with_indices"}
+# Integer add and sub are exact in the C++ kernels (one template for every
+# dtype): the position arithmetic of transformers' caches (cache_position + k).
+_INTEGER_EXACT = {"add", "sub"}
+
+
+def _exact_integer_call(node, metas):
+    """An add/sub whose tensors are all of one integer dtype, alpha 1 and any
+    scalar operand an int: computed exactly, never through floating point."""
+    if getattr(node.target, "_opname", None) not in _INTEGER_EXACT:
+        return False
+    if len({t.dtype for t in metas}) != 1 or metas[0].dtype not in (torch.int64, torch.int32):
+        return False
+    scalars = [a for a in node.args[:2] if not isinstance(a, torch.fx.Node)]
+    return node.kwargs.get("alpha", 1) == 1 and len(node.args) <= 2 and all(
+        isinstance(s, int) and not isinstance(s, bool) for s in scalars)
 
 
 def why_unsupported(node):
@@ -57,7 +75,8 @@ def why_unsupported(node):
         if not supported_dtype(t.dtype):
             return f"dtype {t.dtype}"
     packet = getattr(node.target, "_opname", str(node.target))
-    if packet not in _ANY_DTYPE and any(not (t.is_floating_point()) for t in metas):
+    if packet not in _ANY_DTYPE and any(not (t.is_floating_point()) for t in metas) and \
+            not _exact_integer_call(node, metas):
         return "integer or bool arithmetic (sinkgraph computes in floating point)"
     check = cv.capability(node.target)
     if check is not None:

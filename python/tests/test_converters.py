@@ -162,6 +162,22 @@ CASES = {
     "as_strided_view": (lambda a: torch.as_strided(a + 1, (1, 12, 1, 1), (12, 1, 12, 12)) * 2,
                         [x34]),
     "as_strided_transpose": (lambda a: torch.as_strided(a * 2, (4, 3), (1, 4)) + 1, [x34]),
+    # Rotary embeddings' angles: cos and sin of position * frequency.
+    "cos_sin": (lambda a: torch.cos(a * 40) * torch.sin(a * 3) + torch.sin(a), [x34]),
+    # A bool mask made additive, as transformers and MultiheadAttention build it.
+    "where": (lambda a, m: torch.where(m, a, torch.full_like(a, float("-inf"))).softmax(-1)
+              + torch.where(m[0], torch.zeros(4), a),
+              [x34, lambda: torch.cat([torch.ones(3, 1, dtype=torch.bool),
+                                       torch.rand(3, 3) > 0.3], 1)]),  # no row all -inf
+    # Cache positions: integer add and sub, exact past 2**24 (f32 is not).
+    "integer_add": (lambda p, q: ((p + 3) - (q - 2**40)) + p + 1,
+                    [lambda: torch.randint(2**30, 2**40, (3, 4)),
+                     lambda: torch.randint(0, 2**40, (4,))]),
+    # q, k and v as views of one [B, L, 3, H, D] projection, read through
+    # their strides by the heads-first sdpa.
+    "sdpa_strided_views": (lambda x: F.scaled_dot_product_attention(
+        *(x.unflatten(-1, (3, 4, 8)).permute(2, 0, 3, 1, 4).unbind(0)), is_causal=True),
+        [lambda: torch.randn(2, 6, 96)]),
     "select_scatter": (select_scatter_fn, [lambda: torch.randn(4, 5), lambda: torch.randn(5)]),
     "slice_scatter": (slice_scatter_fn, [lambda: torch.randn(4, 5), lambda: torch.randn(5, 5)]),
 }
@@ -196,6 +212,9 @@ FALLBACK_CASES = {
                        ["aten.convolution.default"]),
     "mixed_dtypes": (lambda a, b: (a * 2) + b.to(torch.float16), [x34, x34],
                      ["aten.add.Tensor"]),
+    # Only integer add and sub are exact in sinkgraph; an integer product stays in torch.
+    "integer_mul": (lambda a, i: a * 2 + (i * 3).to(torch.float32),
+                    [x34, lambda: torch.randint(-5, 5, (3, 4))], ["aten.mul.Tensor"]),
     # A graph input: torch's own tensor, with its own strides (see the xfail below).
     "as_strided_of_a_transposed_input": (lambda a: torch.as_strided(a.t(), (12,), (1,)) * 2,
                                          [x34], ["aten.as_strided.default"]),
@@ -265,9 +284,10 @@ def test_attention_with_a_padding_mask(cls):
         assert "attention takes none" in text, text
     else:
         # MultiheadAttention's general path: torch turns the bool mask into an
-        # additive one (where), and the attention runs in sinkgraph as sdpa_mask.
+        # additive one (where, in sinkgraph too), and the attention runs in
+        # sinkgraph as sdpa_mask.
         assert FLASH not in fallback_targets(backend), text
-        assert "aten.where.self" in fallback_targets(backend), text
+        assert "aten.where.self" not in fallback_targets(backend), text
 
 
 def test_slice_scatter_with_a_step_runs_in_torch():

@@ -149,6 +149,10 @@ std::string unary_expr(int fn, const std::string& x) {
       return "sg_hardswish(" + x + ")";
     case fp::kHardsigmoid:
       return "sg_hardsigmoid(" + x + ")";
+    case fp::kCos:
+      return "std::cos(" + x + ")";
+    case fp::kSin:
+      return "std::sin(" + x + ")";
     default:
       return "";
   }

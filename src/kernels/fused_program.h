@@ -7,7 +7,7 @@
 //   load  i   (opcode 1)  push input tensor i (0 <= i < 5)
 //   unary f   (opcode 2)  replace the top: f = neg exp sqrt rsqrt erf relu silu gelu (0..7)
 //   unary2 f  (opcode 6)  the same for unary functions 8..15: f - 8 = tanh sigmoid
-//                         hardswish hardsigmoid (0..3)
+//                         hardswish hardsigmoid cos sin (0..5)
 //   binary f  (opcode 3)  pop b, pop a, push a f b: f = add sub mul div (0..3)
 //   addc  k   (opcode 4)  top + constant k (0 <= k < 5): add_scalar
 //   mulc  k   (opcode 5)  top * constant k: mul_scalar
@@ -63,6 +63,8 @@ enum UnaryFn : int {
   kSigmoid,
   kHardswish,
   kHardsigmoid,
+  kCos,
+  kSin,
   kNumUnary
 };
 enum BinaryFn : int { kAdd, kSub, kMul, kDiv, kNumBinary };

@@ -24,6 +24,9 @@ inline constexpr char kTanh[] = "tanh";
 inline constexpr char kSigmoid[] = "sigmoid";
 inline constexpr char kHardswish[] = "hardswish";
 inline constexpr char kHardsigmoid[] = "hardsigmoid";
+inline constexpr char kCos[] = "cos";
+inline constexpr char kSin[] = "sin";
+inline constexpr char kWhere[] = "where";
 
 namespace {
 
@@ -41,6 +44,18 @@ template <const char* Name>
 TensorMeta float_unary_shape(const ShapeArgs& args) {
   check_floating(args.tensors[0], Name, "x");
   return args.tensors[0];
+}
+
+// where(cond, a, b): cond bool, a and b of one dtype, all three broadcast.
+TensorMeta where_shape(const ShapeArgs& args) {
+  const TensorMeta& cond = args.tensors[0];
+  const TensorMeta& a = args.tensors[1];
+  const TensorMeta& b = args.tensors[2];
+  SG_CHECK(cond.dtype == DType::boolean, "where: cond must be bool, got ", dtype_name(cond.dtype),
+           shape_str(cond.shape));
+  check_same_dtype(a, b, kWhere, "a", "b");
+  const SymShape ab = broadcast_shapes(a.shape, b.shape, kWhere);
+  return {a.dtype, broadcast_shapes(cond.shape, ab, kWhere), a.device};
 }
 
 TensorMeta div_shape(const ShapeArgs& args) {
@@ -76,6 +91,10 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add(make_op(kSigmoid, {x}, float_unary_shape<kSigmoid>, unary(fp::kSigmoid)));
   r.add(make_op(kHardswish, {x}, float_unary_shape<kHardswish>, unary(fp::kHardswish)));
   r.add(make_op(kHardsigmoid, {x}, float_unary_shape<kHardsigmoid>, unary(fp::kHardsigmoid)));
+  r.add(make_op(kCos, {x}, float_unary_shape<kCos>, unary(fp::kCos)));
+  r.add(make_op(kSin, {x}, float_unary_shape<kSin>, unary(fp::kSin)));
+  // Not pointwise in the traits' sense (fusion takes float chains only).
+  r.add(make_op(kWhere, {{"cond"}, a, b}, where_shape));
 }
 
 }  // namespace detail
@@ -107,6 +126,11 @@ Tensor tanh(const Tensor& x) { return call(op_def<detail::kTanh>(), {&x}); }
 Tensor sigmoid(const Tensor& x) { return call(op_def<detail::kSigmoid>(), {&x}); }
 Tensor hardswish(const Tensor& x) { return call(op_def<detail::kHardswish>(), {&x}); }
 Tensor hardsigmoid(const Tensor& x) { return call(op_def<detail::kHardsigmoid>(), {&x}); }
+Tensor cos(const Tensor& x) { return call(op_def<detail::kCos>(), {&x}); }
+Tensor sin(const Tensor& x) { return call(op_def<detail::kSin>(), {&x}); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return call(op_def<detail::kWhere>(), {&cond, &a, &b});
+}
 
 }  // namespace ops
 }  // namespace sinkgraph

@@ -129,6 +129,50 @@ TEST(ops_elementwise, binary_integer_dtypes) {
   EXPECT_EQ(ops::add(a, a).to_ints(), (std::vector<std::int64_t>{2 * big}));
 }
 
+// torch.where: cond broadcast against both operands, elements copied as they
+// are (-inf and NaN pass through), in floating and integer dtypes; a strided
+// cond (a transposed view) is read through its strides.
+TEST(ops_elementwise, where_broadcasts_and_copies_elements_exactly) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor cond = Tensor::from_ints({1, 0, 0, 1, 1, 0}, {2, 1, 3}, DType::boolean);
+  const Tensor a = Tensor::from_floats({0.0F, -inf}, {1, 2, 1});
+  const Tensor b = Tensor::from_floats({std::nanf(""), 7.5F, -1.0F}, {3});
+  const Tensor out = ops::where(cond, a, b);
+  ASSERT_EQ(out.shape(), sinkgraph::Shape({2, 2, 3}));
+  const std::vector<float> got = out.to_floats();
+  // [c][r][k] = cond[c][k] ? a[r] : b[k]
+  for (int c = 0; c < 2; ++c) {
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < 3; ++k) {
+        const bool pick = cond.to_ints()[static_cast<std::size_t>(c * 3 + k)] != 0;
+        const float want = pick ? a.to_floats()[static_cast<std::size_t>(r)]
+                                : b.to_floats()[static_cast<std::size_t>(k)];
+        const float v = got[static_cast<std::size_t>((c * 2 + r) * 3 + k)];
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(v)) << c << r << k;
+        } else {
+          EXPECT_EQ(v, want) << c << r << k;
+        }
+      }
+    }
+  }
+  const Tensor ia = Tensor::from_ints({(std::int64_t{1} << 40) + 1, 2}, {2});
+  const Tensor ib = Tensor::from_ints({-3}, {1});
+  const Tensor square = Tensor::from_ints({1, 0, 0, 1}, {2, 2}, DType::boolean);
+  EXPECT_EQ(ops::where(ops::transpose(square, 0, 1), ia, ib).to_ints(),
+            (std::vector<std::int64_t>{(std::int64_t{1} << 40) + 1, -3, -3, 2}));
+  EXPECT_EQ(ops::where(Tensor::from_ints({0, 1}, {2, 1}, DType::boolean), ia, ib).to_ints(),
+            (std::vector<std::int64_t>{-3, -3, (std::int64_t{1} << 40) + 1, 2}));
+  const Tensor half = ops::where(cond, Tensor::from_floats({1.5F}, {1}, DType::bf16),
+                                 Tensor::from_floats({-2.0F}, {1}, DType::bf16));
+  EXPECT_EQ(half.dtype(), DType::bf16);
+  EXPECT_EQ(half.to_floats(), (std::vector<float>{1.5F, -2.0F, -2.0F, 1.5F, 1.5F, -2.0F}));
+  EXPECT_THROW((void)ops::where(a, a, b), sinkgraph::Error);      // cond not bool
+  EXPECT_THROW((void)ops::where(cond, a, ia), sinkgraph::Error);  // two dtypes
+  EXPECT_THROW((void)ops::where(cond, Tensor::from_floats({1, 2, 3, 4}, {4}), b),
+               sinkgraph::Error);  // 4 against 3
+}
+
 TEST(ops_elementwise, binary_half_dtypes) {
   std::mt19937 rng(3);
   for (const DType dt : {DType::f16, DType::bf16}) {
@@ -176,6 +220,9 @@ const UnaryCase kUnary[] = {
      [](double x) { return x <= -3  ? 0.0
                            : x >= 3 ? 1.0
                                     : x / 6 + 0.5; }, -5.0F, 5.0F},
+    // Rotary embeddings' cos and sin of position * frequency: wide arguments.
+    {"cos", ops::cos, [](double x) { return std::cos(x); }, -300.0F, 300.0F},
+    {"sin", ops::sin, [](double x) { return std::sin(x); }, -300.0F, 300.0F},
 };
 
 const Dims kUnaryShapes[] = {{17}, {3, 1, 5}, {1}, {}, {2, 0, 4}, {4, 6, 3}};

@@ -157,8 +157,9 @@ TEST(passes_fusion, fuse_elementwise_golden_graph_agrees_bitwise) {
 // Random elementwise trees over broadcast inputs, in every floating dtype:
 // the fused graph must be bitwise equal to the original.
 TEST(passes_fusion, fuse_elementwise_random_trees_agree_bitwise) {
-  const char* unary[] = {"neg",  "exp",     "relu",      "silu",        "gelu",       "erf",
-                         "tanh", "sigmoid", "hardswish", "hardsigmoid", "add_scalar", "mul_scalar"};
+  const char* unary[] = {"neg", "exp",  "relu",       "silu",      "gelu",
+                         "erf", "tanh", "sigmoid",    "hardswish", "hardsigmoid",
+                         "cos", "sin",  "add_scalar", "mul_scalar"};
   const char* binary[] = {"add", "sub", "mul", "div"};
   std::mt19937 rng(42);
   std::size_t fused_total = 0;

@@ -24,6 +24,8 @@ _UNARY = {
     aten.sqrt.default: "sqrt",
     aten.rsqrt.default: "rsqrt",
     aten.erf.default: "erf",
+    aten.cos.default: "cos",
+    aten.sin.default: "sin",
 }
 
 
@@ -61,8 +63,15 @@ def _one_dtype(node):
     return None
 
 
+def _integer(a, b):
+    """Whether a binary operation's tensor operand is an integer tensor."""
+    return (a if _is_tensor(a) else b).dtype in ("i64", "i32")
+
+
 @register(aten.add.Tensor, aten.add.Scalar, capability=_one_dtype)
 def _add(a, b, alpha=1):
+    if _integer(a, b):
+        return binary("add", a, b)  # integers: exact (the partition allows alpha 1 only)
     if alpha != 1:
         b = sg_op("mul_scalar", [b], float(alpha)) if _is_tensor(b) else b * alpha
     if _is_tensor(a) and not _is_tensor(b):
@@ -74,6 +83,8 @@ def _add(a, b, alpha=1):
 
 @register(aten.sub.Tensor, aten.sub.Scalar, capability=_one_dtype)
 def _sub(a, b, alpha=1):
+    if _integer(a, b):
+        return binary("sub", a, b)
     if alpha != 1:
         b = sg_op("mul_scalar", [b], float(alpha)) if _is_tensor(b) else b * alpha
     if _is_tensor(a) and not _is_tensor(b):
@@ -129,6 +140,22 @@ def _pow_capability(node):
     if not isinstance(e, (int, float)) or float(e) not in _POWERS:
         return f"pow with exponent {e!r} (sinkgraph computes 2, 3, 0.5, -0.5 and -1)"
     return None
+
+
+def _where_capability(node):
+    cond, a, b = (node_value(x) for x in node.args[:3])
+    if not all(isinstance(t, torch.Tensor) for t in (cond, a, b)):
+        return "where with a scalar operand"
+    if cond.dtype != torch.bool:
+        return f"where with a {cond.dtype} condition"
+    if a.dtype != b.dtype:
+        return f"where of {a.dtype} and {b.dtype} (type promotion)"
+    return None
+
+
+@register(aten.where.self, capability=_where_capability)
+def _where(cond, a, b):
+    return sg_op("where", [cond, a, b])
 
 
 @register(aten.pow.Tensor_Scalar, capability=_pow_capability)

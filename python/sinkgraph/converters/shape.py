@@ -144,6 +144,31 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
     return full(size, 0.0)
 
 
+def _full_like_capability(node):
+    x = node_value(node.args[0])
+    extra = {k: v for k, v in node.kwargs.items()
+             if not (k == "pin_memory" and not v) and v is not None
+             and not (k == "dtype" and v == getattr(x, "dtype", None))
+             and not (k == "layout" and v == torch.strided)
+             and not (k == "device" and torch.device(v).type == "cpu")
+             and not (k == "memory_format" and v == torch.preserve_format)}
+    if extra:
+        return f"full_like with {sorted(extra)} (sinkgraph fills the input's dtype and shape)"
+    if not isinstance(node.args[1], (int, float)) or isinstance(node.args[1], bool):
+        return "full_like with a value that is not a number"
+    if not x.dtype.is_floating_point and (not isinstance(node.args[1], int)
+                                          or abs(node.args[1]) >= 2**53):
+        return f"full_like of a {x.dtype} tensor with {node.args[1]} (filled through a double)"
+    return None
+
+
+@register(aten.full_like.default, capability=_full_like_capability)
+def _full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    # A new contiguous tensor of x's shape and dtype (a mask's -inf included).
+    return full(list(x.shape), value, x.dtype)
+
+
 @register(aten.copy_.default, capability=lambda node: _same_dtype_capability(node))
 def _copy_(dst, src, non_blocking=False):
     return sg_op("copy_", [dst, src])

@@ -82,7 +82,7 @@ void finish(float* p, std::int64_t n, float bias) {
 }
 
 FinishFn finisher(std::int64_t act) {
-  static_assert(fused::kNumUnary == 12, "a new unary function needs its epilogue here");
+  static_assert(fused::kNumUnary == 14, "a new unary function needs its epilogue here");
   static constexpr FinishFn kTable[] = {
       finish<-1>,
       finish<fused::kNeg>,
@@ -97,6 +97,8 @@ FinishFn finisher(std::int64_t act) {
       finish<fused::kSigmoid>,
       finish<fused::kHardswish>,
       finish<fused::kHardsigmoid>,
+      finish<fused::kCos>,
+      finish<fused::kSin>,
   };
   SG_ASSERT(act >= -1 && act < fused::kNumUnary, "conv2d: activation ", act,
             " is rejected by the shape function");

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "common.h"
@@ -168,6 +169,12 @@ struct Hardswish {
 struct Hardsigmoid {
   float operator()(float x, float) const { return pointwise::hardsigmoid(x); }
 };
+struct Cos {
+  float operator()(float x, float) const { return std::cos(x); }
+};
+struct Sin {
+  float operator()(float x, float) const { return std::sin(x); }
+};
 
 }  // namespace
 
@@ -189,5 +196,35 @@ void tanh(const ArgBlock& a, KernelContext& c) { unary<Tanh>(a, c); }
 void sigmoid(const ArgBlock& a, KernelContext& c) { unary<Sigmoid>(a, c); }
 void hardswish(const ArgBlock& a, KernelContext& c) { unary<Hardswish>(a, c); }
 void hardsigmoid(const ArgBlock& a, KernelContext& c) { unary<Hardsigmoid>(a, c); }
+void cos(const ArgBlock& a, KernelContext& c) { unary<Cos>(a, c); }
+
+void where(const ArgBlock& args, KernelContext& /*ctx*/) {
+  const TensorArg& cond = args.tensors[0];
+  const TensorArg& a = args.tensors[1];
+  const TensorArg& b = args.tensors[2];
+  const TensorArg& o = args.tensors[3];
+  dispatch_all(o.dtype, [&]<typename T>() {
+    const bool* pc = static_cast<const bool*>(cond.data);
+    const T* pa = static_cast<const T*>(a.data);
+    const T* pb = static_cast<const T*>(b.data);
+    T* po = static_cast<T*>(o.data);
+    std::int64_t strides[4][kMaxDims] = {};
+    broadcast_strides(cond, o.ndim, o.sizes, strides[0]);
+    broadcast_strides(a, o.ndim, o.sizes, strides[1]);
+    broadcast_strides(b, o.ndim, o.sizes, strides[2]);
+    const int nd = std::min(o.ndim, kMaxDims);  // (GCC cannot see that the ABI bounds ndim)
+    for (int i = 0; i < nd; ++i) strides[3][i] = o.strides[i];
+    const std::int64_t base[4] = {cond.offset, a.offset, b.offset, o.offset};
+    // Elements are copied, never converted: a NaN or -inf passes through.
+    for_each_row<4>(o.ndim, o.sizes, strides, base,
+                    [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                      for (std::int64_t i = 0; i < count; ++i) {
+                        po[off[3] + i * st[3]] = pc[off[0] + i * st[0]] ? pa[off[1] + i * st[1]]
+                                                                        : pb[off[2] + i * st[2]];
+                      }
+                    });
+  });
+}
+void sin(const ArgBlock& a, KernelContext& c) { unary<Sin>(a, c); }
 
 }  // namespace sinkgraph::kernels::cpu

@@ -26,6 +26,9 @@ void tanh(const ArgBlock& args, KernelContext& ctx);
 void sigmoid(const ArgBlock& args, KernelContext& ctx);
 void hardswish(const ArgBlock& args, KernelContext& ctx);
 void hardsigmoid(const ArgBlock& args, KernelContext& ctx);
+void cos(const ArgBlock& args, KernelContext& ctx);
+void sin(const ArgBlock& args, KernelContext& ctx);
+void where(const ArgBlock& args, KernelContext& ctx);
 
 // Copies and fills: copy (dst, src) broadcasts src and converts dtype.
 void copy(const ArgBlock& args, KernelContext& ctx);

@@ -164,12 +164,13 @@ void activate(float* p, std::int64_t n) {
 using ActivateFn = void (*)(float*, std::int64_t);
 
 ActivateFn activation(std::int64_t act) {
-  static_assert(fused::kNumUnary == 12, "a new unary function needs its epilogue here");
+  static_assert(fused::kNumUnary == 14, "a new unary function needs its epilogue here");
   static constexpr ActivateFn kTable[] = {
       activate<fused::kNeg>,     activate<fused::kExp>,       activate<fused::kSqrt>,
       activate<fused::kRsqrt>,   activate<fused::kErf>,       activate<fused::kRelu>,
       activate<fused::kSilu>,    activate<fused::kGelu>,      activate<fused::kTanh>,
       activate<fused::kSigmoid>, activate<fused::kHardswish>, activate<fused::kHardsigmoid>,
+      activate<fused::kCos>,     activate<fused::kSin>,
   };
   return act < 0 ? nullptr : kTable[act];
 }

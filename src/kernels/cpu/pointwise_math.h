@@ -42,6 +42,10 @@ inline float unary(int fn, float x) {
       return sigmoid(x);
     case fused::kHardswish:
       return hardswish(x);
+    case fused::kCos:
+      return std::cos(x);
+    case fused::kSin:
+      return std::sin(x);
     default:  // kHardsigmoid
       return hardsigmoid(x);
   }

@@ -35,6 +35,9 @@ void register_cpu_kernels(OpRegistry& r) {
       {"sigmoid", k::sigmoid},
       {"hardswish", k::hardswish},
       {"hardsigmoid", k::hardsigmoid},
+      {"cos", k::cos},
+      {"sin", k::sin},
+      {"where", k::where},
       // Memory.
       {"copy_", k::copy},
       {"index_copy_", k::index_copy},
