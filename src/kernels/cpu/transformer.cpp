@@ -327,18 +327,16 @@ void rope_rows(const ArgBlock& args, KernelContext&) {
   });
 }
 
-// Multi-head attention over [B, L, E] rows: without a mask (the encoder
-// case: every query sees every key), with an additive one (sdpa_mask), or
-// causal (sdpa_causal: query i sees keys 0..i). One task per (batch, head,
-// query row): the scores q.k * scale, a max-subtracted softmax normalized
-// before the weighted sum (as softmax then matmul computes it), all in f32.
-// Rows may have any strides (q, k and v are slices of one fused projection).
+// Multi-head attention over [B, L, E] rows, or over torch's heads-first
+// [B, H, L, D] (k and v [B, Hkv, S, D], grouped heads): without a mask (the
+// encoder case: every query sees every key), with an additive one
+// (sdpa_mask), or causal (sdpa_causal: query i sees keys 0..i). One task per
+// (batch, head, query row): the scores q.k * scale, a max-subtracted softmax
+// normalized before the weighted sum (as softmax then matmul computes it),
+// all in f32. Operands may have any strides (slices of one fused projection,
+// a permuted view, a static KV cache); the result is [B, L, H * D].
 namespace {
 
-// `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
-// scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
-// after the query's own index are left out, as torch's is_causal mask
-// (tril aligned to the top left) leaves them.
 // How one q, k or v operand of sdpa is walked: element (b, head, row, c) is
 // at b * batch + head * head + row * row + c * channel. The embedding form
 // [B, rows, H * D] puts head h at column h * D; the heads-first form [B, H,
@@ -351,6 +349,10 @@ HeadsView heads_view(const TensorArg& t, std::int64_t d) {
   return {t.strides[0], d * t.strides[2], t.strides[1], t.strides[2]};
 }
 
+// `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
+// scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
+// after the query's own index are left out, as torch's is_causal mask
+// (tril aligned to the top left) leaves them.
 void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
   const TensorArg& q_arg = args.tensors[0];
   const TensorArg& k_arg = args.tensors[1];
