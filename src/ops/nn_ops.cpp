@@ -161,18 +161,19 @@ TensorMeta embedding_shape(const ShapeArgs& args) {
   return {w.dtype, out, w.device};
 }
 
-// The checks both attention operators make: floating q, k and v of one
-// dtype, each 3-D, k and v of one shape (`layout` names it in the message).
-void check_qkv(const ShapeArgs& args, const char* op, const char* layout) {
+// The checks the attention operators make: floating q, k and v of one
+// dtype, each of `rank` dims, k and v of one shape (`layout` names it in the
+// message).
+void check_qkv(const ShapeArgs& args, const char* op, const char* layout, int rank = 3) {
   const TensorMeta& q = args.tensors[0];
   const TensorMeta& k = args.tensors[1];
   const TensorMeta& v = args.tensors[2];
   check_floating(q, op, "q");
   check_same_dtype(q, k, op, "q", "k");
   check_same_dtype(q, v, op, "q", "v");
-  check_rank(q, 3, op, "q");
-  check_rank(k, 3, op, "k");
-  check_rank(v, 3, op, "v");
+  check_rank(q, rank, op, "q");
+  check_rank(k, rank, op, "k");
+  check_rank(v, rank, op, "v");
   SG_CHECK(k.shape == v.shape, op, ": k", shape_str(k.shape), " and v", shape_str(v.shape),
            " must have the same shape ", layout);
 }
@@ -198,14 +199,7 @@ TensorMeta attention_shape(const ShapeArgs& args) {
 TensorMeta sdpa_heads_first_shape(const ShapeArgs& args) {
   const TensorMeta& q = args.tensors[0];
   const TensorMeta& k = args.tensors[1];
-  const TensorMeta& v = args.tensors[2];
-  check_floating(q, kSdpa, "q");
-  check_same_dtype(q, k, kSdpa, "q", "k");
-  check_same_dtype(q, v, kSdpa, "q", "v");
-  check_rank(k, 4, kSdpa, "k");
-  check_rank(v, 4, kSdpa, "v");
-  SG_CHECK(k.shape == v.shape, "sdpa: k", shape_str(k.shape), " and v", shape_str(v.shape),
-           " must have the same shape [B, Hkv, S, D]");
+  check_qkv(args, kSdpa, "[B, Hkv, S, D]", 4);
   SG_CHECK(q.shape[0] == k.shape[0] && q.shape[3] == k.shape[3], "sdpa: q", shape_str(q.shape),
            " and k", shape_str(k.shape), " must agree on the batch and the head size [B, *, *, D]");
   const std::int64_t heads = args.integer(0);
