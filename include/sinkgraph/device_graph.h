@@ -30,7 +30,15 @@
 // behind it. Everything else is unchanged: the same entry function, pool
 // generations, fences and order tickets, and a kernel error is sticky on the
 // stream as if the worker had raised it. A stream with queued work, or one
-// another thread is capturing on, launches and waits instead.
+// another thread is capturing on, launches and waits instead, and so does a
+// process whose compute threads leave a core free (one compute thread on two
+// cores): there the worker runs on a core of its own, which costs the
+// waiting caller nothing measurable, and keeps the graph's working set in
+// that core's caches and TLB, away from the caller's own (Python's) work.
+// Measured in issue 33 (docs/performance.md, "Which thread runs a replay"):
+// an MLP whose 8 MiB of weights stream from L3 ran 8-10% slower per call on
+// the caller at one compute thread, and no graph ran faster there; at two
+// compute threads on two cores the caller wins, as above.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

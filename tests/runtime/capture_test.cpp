@@ -14,6 +14,7 @@
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
 #include "sinkgraph/stream.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -243,8 +244,10 @@ sg::DeviceGraph capture_appends(sg::Stream& s, std::shared_ptr<sg::MemPool> pool
 
 // Note [Replays on the caller]: with on_caller, launch() returns with the
 // replay complete, and on the CPU device an idle stream's replay runs on the
-// calling thread.
+// calling thread when the compute threads fill the cores.
 TEST_P(RuntimeCapture, a_replay_on_the_caller_is_complete_when_launch_returns) {
+  const sgtest::ThreadCount restore;
+  sg::set_num_threads(sg::available_cores());
   auto s = device().create_stream();
   Log log;
   auto exec = capture_appends(*s, pool(), log).instantiate();
@@ -262,6 +265,24 @@ TEST_P(RuntimeCapture, a_replay_on_the_caller_is_complete_when_launch_returns) {
   EXPECT_EQ(s->counters().launches, 1U);
   EXPECT_EQ(s->counters().kernels, 1U);
   EXPECT_TRUE(s->query());
+}
+
+// With a core left free by the compute threads, the stream's worker runs it
+// (on its own core), and launch() still returns with the replay complete.
+TEST_P(RuntimeCapture, a_replay_on_the_caller_goes_to_the_worker_when_a_core_is_free) {
+  if (GetParam() != sg::DeviceType::cpu || sg::available_cores() < 2)
+    GTEST_SKIP() << "needs the CPU device and two cores";
+  const sgtest::ThreadCount restore;
+  sg::set_num_threads(1);
+  auto s = device().create_stream();
+  Log log;
+  auto exec = capture_appends(*s, pool(), log).instantiate();
+  sg::GraphExec::LaunchOptions options;
+  options.on_caller = true;
+  exec->launch(*s, {}, options);
+  std::lock_guard lock(log.mutex);
+  EXPECT_EQ(log.values, (std::vector<std::int64_t>{0, 1, 2}));
+  for (const auto id : log.threads) EXPECT_NE(id, std::this_thread::get_id());
 }
 
 void sleep_then_append(const sg::ArgBlock& args, sg::KernelContext& ctx) {

@@ -97,12 +97,13 @@ void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
 }
 
 // Note [Replays on the caller] (device_graph.h): when every entry enqueued so
-// far has completed, the calling thread runs `fn` itself, holding the
-// producer lock so that nothing can be enqueued behind it until it is done:
-// stream order is kept, the worker stays parked, and the call pays no
-// hand-off. Counted, traced and failed (a sticky error) as on the worker.
+// far has completed and the compute threads fill the cores, the calling
+// thread runs `fn` itself, holding the producer lock so that nothing can be
+// enqueued behind it until it is done: stream order is kept, the worker stays
+// parked, and the call pays no hand-off. Counted, traced and failed (a sticky
+// error) as on the worker. With a core to spare the worker runs it.
 void CpuStream::run_on_caller(KernelFn fn, const ArgBlock& args, const char* name) {
-  if (is_capturing() || any_capture_active()) {
+  if (is_capturing() || any_capture_active() || sinkgraph::num_threads() < available_cores()) {
     launch(fn, args, name);  // recorded, or refused, as any launch
     if (!is_capturing()) wait_completed(tail_.load(std::memory_order_acquire));
     return;
