@@ -72,14 +72,14 @@ class SelfAttention(torch.nn.Module):
 
 
 class GptBlock(torch.nn.Module):
-    """A nanoGPT-style pre-norm block whose causal attention is written out
-    (q @ k^T, masked_fill with a tril buffer, softmax, @ v), as many
+    """A nanoGPT-style pre-norm block whose attention is written out (q @ k^T,
+    masked_fill with a tril buffer when causal, softmax, @ v), as many
     hand-written models do: the decomposed pattern, not
     scaled_dot_product_attention."""
 
-    def __init__(self, dim, heads, seq):
+    def __init__(self, dim, heads, seq, causal=True):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
         self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
         self.fc, self.out = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
@@ -90,7 +90,8 @@ class GptBlock(torch.nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.tril[:, :, :t, :t] == 0, float("-inf"))
+        if self.causal:
+            att = att.masked_fill(self.tril[:, :, :t, :t] == 0, float("-inf"))
         y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c)
         x = x + self.proj(y)
         return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
@@ -131,6 +132,10 @@ def model_table(small):
                 lambda: SelfAttention(256, 4), seq),
         "gpt_block": ("nanoGPT-style block (64, 4 heads, written-out causal attention), 1x10x64",
                       lambda: GptBlock(64, 4, 10), lambda: (torch.randn(1, 10, 64),)),
+        "encoder_block": ("pre-norm encoder block (256, 4 heads, written-out attention, no "
+                          "mask), 1x64x256",
+                          lambda: GptBlock(256, 4, 64, causal=False),
+                          lambda: (torch.randn(1, 64, 256),)),
         "mlp": ("MLP LayerNorm(512), Linear 512-2048, GELU, Linear 2048-512, 1x512",
                 lambda: torch.nn.Sequential(torch.nn.LayerNorm(512), torch.nn.Linear(512, 2048),
                                             torch.nn.GELU(), torch.nn.Linear(2048, 512)),

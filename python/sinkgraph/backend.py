@@ -22,6 +22,7 @@ from . import _C
 from ._log import info
 from .config import CompilerConfig
 from .graph import INPUT, PARAM, Region
+from .fusion import fuse_attention
 from .lowering import decompositions, fold_constants
 from .partition import partition
 
@@ -77,6 +78,8 @@ class CompiledAtenGraph:
         self.kind = kind  # "inference", "forward" or "backward"
         self.why = why  # Dynamo's reason for handing this graph over
         self.folded = fold_constants(gm)
+        # Note [Written-out attention] (fusion.py): max-autotune only.
+        self.attention_fused = fuse_attention(gm) if config.mode == "max-autotune" else 0
         calls = [n for n in gm.graph.nodes if n.op == "call_function"]
         gm, self.fallback = partition(gm)
         self.regions = []
@@ -101,7 +104,8 @@ class CompiledAtenGraph:
                            "sinkgraph would run nothing of it. Compile it with another backend, "
                            "or add converters (docs/python.md, \"Adding a converter\")")
         info(f"graph @{name} ({kind}) compiled: {why}; {len(calls)} ATen nodes, "
-             f"{self.folded} folded, {len(self.regions)} sinkgraph regions, "
+             f"{self.folded} folded, {self.attention_fused} written-out attentions fused, "
+             f"{len(self.regions)} sinkgraph regions, "
              f"{len(self.fallback)} fallback nodes")
         # One region that is the whole graph: call it directly, without the FX module.
         self.whole = self._whole_graph_region(gm)
@@ -151,6 +155,9 @@ class CompiledAtenGraph:
                  f"  {len(self.regions)} sinkgraph regions, "
                  f"{self.folded} constant nodes folded at compile time, "
                  f"{len(self.fallback)} fallback nodes (run by torch)"]
+        if self.attention_fused:
+            lines.append(f"  {self.attention_fused} written-out attention(s) fused into one "
+                         "scaled_dot_product_attention (Note [Written-out attention])")
         for text, reason, _ in self.fallback:
             lines.append(f"  fallback: {text}  [{reason}]")
         for r in self.regions:
