@@ -170,18 +170,22 @@ SG_API Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::int
                      std::int64_t stride_w = 1, std::int64_t pad_h = 0, std::int64_t pad_w = 0,
                      std::int64_t dil_h = 1, std::int64_t dil_w = 1, std::int64_t groups = 1,
                      std::int64_t activation = -1);
-// Whether conv2d may run through oneDNN where it is faster than sinkgraph's
-// own kernels (Note [Convolutions through oneDNN], src/kernels/cpu/onednn.h).
+// Whether conv2d and products past 32 rows may run through oneDNN where it is
+// faster than sinkgraph's own kernels (Note [Convolutions through oneDNN] and
+// Note [Matrix products through oneDNN], src/kernels/cpu/onednn.h).
 // On by default in a build with oneDNN (CMake SINKGRAPH_ONEDNN, on unless
-// turned off); false keeps every convolution on sinkgraph's own kernels, for
-// comparison. Takes effect from the next kernel that runs, captured ones too.
+// turned off); false keeps every convolution and product on sinkgraph's own
+// kernels, for comparison. Takes effect from the next kernel that runs,
+// captured ones too.
 // onednn_built() says whether this build has it.
 SG_API void set_use_onednn(bool use);
 SG_API bool use_onednn();
 SG_API bool onednn_built();
-// conv2d calls that ran through oneDNN in this process (for tests and
-// benchmarks: which path a shape takes).
+// conv2d calls, and matrix products (linear and matmul past 32 rows, Note
+// [Matrix products through oneDNN]), that ran through oneDNN in this process
+// (for tests and benchmarks: which path a shape takes).
 SG_API std::uint64_t onednn_conv_calls();
+SG_API std::uint64_t onednn_matmul_calls();
 // Inference batch norm over dim 1 of x[N, C, ...]: x * alpha + beta with
 // alpha = weight / sqrt(var + eps), beta = bias - mean * alpha (PyTorch's form).
 SG_API Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& var,

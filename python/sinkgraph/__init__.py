@@ -29,9 +29,10 @@ def set_log_level(level):
 
 
 def set_use_onednn(use):
-    """Whether convolutions may run through oneDNN where it is faster than
-    sinkgraph's own kernels (on by default in a build with oneDNN); False keeps
-    every convolution on sinkgraph's own kernels. Applies from the next kernel
+    """Whether convolutions and matrix products of more than 32 rows may run
+    through oneDNN where it is faster than sinkgraph's own kernels (on by
+    default in a build with oneDNN); False keeps them on sinkgraph's own
+    kernels. Applies from the next kernel
     that runs, replays of graphs captured before included. See docs/python.md."""
     _C.set_use_onednn(bool(use))
 

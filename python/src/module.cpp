@@ -345,6 +345,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("use_onednn", &sg::ops::use_onednn);
   m.def("onednn_built", &sg::ops::onednn_built);
   m.def("onednn_conv_calls", &sg::ops::onednn_conv_calls);
+  m.def("onednn_matmul_calls", &sg::ops::onednn_matmul_calls);
 
   m.def("from_dlpack", &sinkgraph::python::from_dlpack,
         "A torch tensor's memory (a DLPack capsule), not copied");

@@ -6,6 +6,7 @@
 #include "blas.h"
 #include "common.h"
 #include "kernels.h"
+#include "onednn.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -306,6 +307,10 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
 // lane sums (a row alone) by rounding only. A matmul's row-major b[K, N]
 // packs the same way, reading 16 contiguous floats per k, and runs this
 // kernel at any number of rows (product()).
+// In a build with oneDNN, tiles_f32 asks its matmul first (Note [Matrix
+// products through oneDNN] in onednn.h), which measured 2.5x this kernel's
+// rate on one thread (AVX-512 brgemm against our 8-lane tiles); these tiles
+// run the products it declines, and every product with set_use_onednn(false).
 
 // out[i, 0..cols) for R rows of x over k in [0, kc), with the block's kTileCols
 // weights for each k at packed[c * ldp], continuing the sums already in out
@@ -403,6 +408,8 @@ void tile_part(const float* w, std::int64_t wn, std::int64_t wk, const float* x,
 void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
                float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                KernelContext& ctx) {
+  // Note [Matrix products through oneDNN] (onednn.h): where this build has it.
+  if (onednn::matmul(w, wn, wk, x, ldx, out, ldo, m, n, k, ctx)) return;
   const std::int64_t blocks = (n + kTileCols - 1) / kTileCols;
   parallel_for(ctx, blocks, grain_for(m * k * kTileCols),
                [&](std::int64_t begin, std::int64_t end) {

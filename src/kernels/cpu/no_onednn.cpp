@@ -1,4 +1,4 @@
-// A build without oneDNN (SINKGRAPH_ONEDNN=OFF): conv2d keeps its own paths
+// A build without oneDNN (SINKGRAPH_ONEDNN=OFF): conv2d and the products keep their own paths
 // (Note [Convolutions through oneDNN] in onednn.h).
 #include "onednn.h"
 
@@ -9,5 +9,11 @@ void set_enabled(bool /*enabled*/) {}
 bool enabled() { return false; }
 std::uint64_t calls() { return 0; }
 bool conv2d(const ArgBlock& /*args*/, KernelContext& /*ctx*/) { return false; }
+std::uint64_t matmul_calls() { return 0; }
+bool matmul(const float* /*w*/, std::int64_t /*wn*/, std::int64_t /*wk*/, const float* /*x*/,
+            std::int64_t /*ldx*/, float* /*out*/, std::int64_t /*ldo*/, std::int64_t /*m*/,
+            std::int64_t /*n*/, std::int64_t /*k*/, KernelContext& /*ctx*/) {
+  return false;
+}
 
 }  // namespace sinkgraph::kernels::cpu::onednn

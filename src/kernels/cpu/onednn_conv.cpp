@@ -12,14 +12,15 @@
 
 #include "common.h"
 #include "onednn.h"
+#include "onednn_internal.h"
 #include "pointwise_math.h"
 
-// OpenMP's one call we make, declared here rather than through <omp.h>: the
-// header is the compiler's own (GCC's here), and clang-tidy, with clang's
-// headers, has none. The function is libgomp's, which libdnnl links.
-extern "C" void omp_set_num_threads(int threads);
-
 namespace sinkgraph::kernels::cpu::onednn {
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
 
 namespace {
 
@@ -28,11 +29,6 @@ using Dims = memory::dims;
 
 std::atomic<bool> g_enabled{true};
 std::atomic<std::uint64_t> g_calls{0};
-
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
 
 // Everything a primitive and its reorders depend on. Compared bytewise: the
 // struct is zeroed before it is filled, so padding compares equal.

@@ -86,5 +86,6 @@ void set_use_onednn(bool use) { kernels::cpu::onednn::set_enabled(use); }
 bool use_onednn() { return kernels::cpu::onednn::enabled(); }
 bool onednn_built() { return kernels::cpu::onednn::built(); }
 std::uint64_t onednn_conv_calls() { return kernels::cpu::onednn::calls(); }
+std::uint64_t onednn_matmul_calls() { return kernels::cpu::onednn::matmul_calls(); }
 
 }  // namespace sinkgraph::ops

@@ -1,0 +1,137 @@
+// Products of more than 32 rows through oneDNN (Note [Matrix products through
+// oneDNN] in src/kernels/cpu/onednn.h) against the naive double-precision
+// references: linear's w[N, K] and matmul's row-major b[K, N] read in place,
+// odd sizes (tails of every block and vector), row counts that cut into
+// uneven blocks, a strided x (a slice of wider rows), the transposed weight
+// of an nn.Linear reached through matmul, batched matmul, and 1, 2 and 3
+// compute threads (bitwise the same). Each case also runs with
+// set_use_onednn(false) (our own tiles) against the same reference, and
+// onednn_matmul_calls() says which path ran. In a build without oneDNN
+// (SINKGRAPH_ONEDNN=OFF, the tsan preset) the oneDNN half is skipped.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "ops/reference.h"
+#include "sinkgraph/device.h"
+#include "sinkgraph/ops.h"
+#include "sinkgraph/tensor.h"
+#include "thread_count.h"
+
+namespace {
+
+using sinkgraph::Tensor;
+namespace ops = sinkgraph::ops;
+namespace ref = sgtest::ref;
+using sgtest::all_close;
+using sgtest::Dims;
+using sgtest::make;
+
+// Sums of up to 700 f32 products of values in [-1, 1] against a double reference.
+constexpr double kRtol = 1e-4;
+constexpr double kAtol = 1e-4;
+
+struct Shape {
+  std::int64_t m, k, n;
+};
+
+// All past 32 rows: 33 (one block), 70 (two uneven blocks), 300 (eight).
+const Shape kShapes[] = {{33, 64, 64}, {70, 13, 29}, {70, 700, 37}, {300, 96, 200}, {64, 1, 17}};
+
+class OnednnMatmul : public testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam() && !ops::onednn_built()) GTEST_SKIP() << "built without oneDNN";
+    ops::set_use_onednn(GetParam());
+  }
+  void TearDown() override { ops::set_use_onednn(ops::onednn_built()); }
+
+  // Runs `f` and checks that it took the path this instance is for.
+  template <typename F>
+  Tensor on_path(F&& f) {
+    const std::uint64_t before = ops::onednn_matmul_calls();
+    Tensor out = f();
+    (void)out.to_floats();  // complete
+    const std::uint64_t ran = ops::onednn_matmul_calls() - before;
+    EXPECT_EQ(ran > 0, GetParam()) << "oneDNN products: " << ran;
+    return out;
+  }
+};
+
+TEST_P(OnednnMatmul, linear_matches_the_reference_at_1_2_and_3_threads) {
+  const sgtest::ThreadCount restore;
+  std::mt19937 rng(11);
+  for (const Shape& s : kShapes) {
+    const auto x = sgtest::random_floats(rng, s.m * s.k);
+    const auto w = sgtest::random_floats(rng, s.n * s.k);
+    const auto want = ref::linear(x, {s.m, s.k}, w, s.n);
+    std::vector<float> first;
+    for (const int threads : {1, 2, 3}) {
+      sinkgraph::set_num_threads(threads);
+      const auto got = on_path([&] {
+                         return ops::linear(make(x, {s.m, s.k}), make(w, {s.n, s.k}));
+                       }).to_floats();
+      EXPECT_TRUE(all_close(got, want, kRtol, kAtol))
+          << s.m << "x" << s.k << " -> " << s.n << " at " << threads << " threads";
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << s.m << "x" << s.k << " -> " << s.n << ": " << threads
+                              << " threads differ from one";
+      }
+    }
+  }
+}
+
+TEST_P(OnednnMatmul, linear_of_strided_rows_and_batched_leading_dims) {
+  std::mt19937 rng(12);
+  // x: the first 40 of 56 columns of each row ([3, 25, 56] sliced): ldx != k.
+  const auto wide = sgtest::random_floats(rng, 3 * 25 * 56);
+  const auto w = sgtest::random_floats(rng, 48 * 40);
+  const Tensor xs = ops::slice(make(wide, {3, 25, 56}), 2, 0, 40, 1);
+  std::vector<float> dense;
+  for (std::int64_t r = 0; r < 75; ++r)
+    dense.insert(dense.end(), wide.begin() + r * 56, wide.begin() + r * 56 + 40);
+  const auto got = on_path([&] { return ops::linear(xs, make(w, {48, 40})); }).to_floats();
+  EXPECT_TRUE(all_close(got, ref::linear(dense, {3, 25, 40}, w, 48), kRtol, kAtol));
+}
+
+TEST_P(OnednnMatmul, matmul_with_a_row_major_b_and_with_a_transposed_weight) {
+  std::mt19937 rng(13);
+  for (const Shape& s : kShapes) {
+    if (s.n < 16) continue;  // narrower products run OpenBLAS (linalg.cpp, product())
+    const auto a = sgtest::random_floats(rng, s.m * s.k);
+    const auto b = sgtest::random_floats(rng, s.k * s.n);
+    const auto want = ref::matmul(a, {s.m, s.k}, b, {s.k, s.n});
+    const auto got = on_path([&] {
+                       return ops::matmul(make(a, {s.m, s.k}), make(b, {s.k, s.n}));
+                     }).to_floats();
+    EXPECT_TRUE(all_close(got, want, kRtol, kAtol)) << s.m << "x" << s.k << " @ " << s.n;
+    // An nn.Linear through aten.t and mm: b is the transpose of w[N, K].
+    std::vector<float> wt(static_cast<std::size_t>(s.n * s.k));
+    for (std::int64_t i = 0; i < s.k; ++i)
+      for (std::int64_t j = 0; j < s.n; ++j) wt[j * s.k + i] = b[i * s.n + j];
+    const auto got_t =
+        on_path([&] {
+          return ops::matmul(make(a, {s.m, s.k}), ops::transpose(make(wt, {s.n, s.k}), 0, 1));
+        }).to_floats();
+    EXPECT_TRUE(all_close(got_t, want, kRtol, kAtol)) << s.m << "x" << s.k << " @ t " << s.n;
+  }
+}
+
+TEST_P(OnednnMatmul, batched_matmul_as_attention_runs_it) {
+  std::mt19937 rng(14);
+  // probabilities [8, 40, 40] @ v [8, 40, 16]
+  const auto p = sgtest::random_floats(rng, 8 * 40 * 40);
+  const auto v = sgtest::random_floats(rng, 8 * 40 * 16);
+  const auto got = on_path([&] {
+                     return ops::matmul(make(p, {8, 40, 40}), make(v, {8, 40, 16}));
+                   }).to_floats();
+  EXPECT_TRUE(all_close(got, ref::matmul(p, {8, 40, 40}, v, {8, 40, 16}), kRtol, kAtol));
+}
+
+INSTANTIATE_TEST_SUITE_P(ops, OnednnMatmul, testing::Bool(), [](const auto& p) {
+  return std::string(p.param ? "onednn" : "own_kernels");
+});
+
+}  // namespace
