@@ -23,6 +23,15 @@ scores are never stored, the head copies (the clones) disappear, and the
 kernel reads q, k and v in place through their strides. The two forms are
 equal up to float rounding (the same sums in another order).
 
+Where: only when the query rows L are known to be at most 32
+(_MAX_FUSED_ROWS). Up to there both products run sinkgraph's row kernel and
+the fused kernel measured the same time as the written-out graph (10 and 32
+rows, docs/performance.md "Written-out attention"); past it the products run
+oneDNN's matmul (Note [Matrix products through oneDNN]), which with a
+separate softmax beat the one-kernel sdpa by 2-9% at 64 to 256 rows, and
+max-autotune must not be slower than the graph as written. A dynamic L
+(no bound known at compile time) is left as written too.
+
 What is left alone: any intermediate read by another node (the weights
 returned as well, as with need_weights), a softmax over another dim or to
 another dtype, and masked attention (masked_fill or an added mask before the
@@ -37,9 +46,14 @@ import operator
 
 import torch
 
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
 from .converters.registry import known_equal
 
 aten = torch.ops.aten
+
+# The most query rows a written-out attention is fused at (see the note).
+_MAX_FUSED_ROWS = 32
 
 # Nodes that re-read their first argument in the same (row-major) element
 # order: walking back through them from a bmm operand finds the 4-D tensor the
@@ -142,6 +156,8 @@ def _match(bmm2):
         return None
     ov = _val(out4)
     b, h, l, d = ov.shape
+    if not statically_known_true(l <= _MAX_FUSED_ROWS):
+        return None
     # p3 back to the softmax
     soft = _back(p3)
     if soft.op != "call_function" or soft.target is not aten._softmax.default or \
