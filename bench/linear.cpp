@@ -8,7 +8,8 @@
 // (q/k/v/o 512 x 512, w1/w3 1376 x 512, w2 512 x 1376) and TinyLlama-1.1B's
 // (2048 x 2048, 5632 x 2048). BM_MatmulRowMajor/BM_SgemmRowMajor do the
 // same for matmul with a row-major right operand. Report ratios from one
-// run: the rows share the machine's state.
+// run: the rows share the machine's state. BM_LinearOwn is BM_Linear with
+// oneDNN switched off (sinkgraph's own tiles past 32 rows).
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -39,10 +40,12 @@ void count_flops(benchmark::State& state) {
 }
 
 // ops::linear(x, w[N, K]) or, with `row_major_b`, ops::matmul(x, b[K, N]),
-// eagerly at state.range(3) compute threads, synchronized each call.
-void time_ops(benchmark::State& state, bool row_major_b) {
+// eagerly at state.range(3) compute threads, synchronized each call; with
+// `own`, oneDNN switched off (Note [Matrix products through oneDNN]).
+void time_ops(benchmark::State& state, bool row_major_b, bool own = false) {
   const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   sg::set_num_threads(static_cast<int>(state.range(3)));
+  sg::ops::set_use_onednn(!own && sg::ops::onednn_built());
   const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
   const sg::Tensor w =
       sg::Tensor::from_floats(noise(n * k, 2), row_major_b ? sg::Shape{k, n} : sg::Shape{n, k});
@@ -54,6 +57,7 @@ void time_ops(benchmark::State& state, bool row_major_b) {
   }
   count_flops(state);
   sg::set_num_threads(sg::available_cores());
+  sg::ops::set_use_onednn(sg::ops::onednn_built());
 }
 
 // The same product through cblas_sgemm on one thread.
@@ -74,6 +78,8 @@ void time_sgemm(benchmark::State& state, bool row_major_b) {
 }
 
 void BM_Linear(benchmark::State& state) { time_ops(state, false); }
+// The same on sinkgraph's own kernels only (past 32 rows: the tiles).
+void BM_LinearOwn(benchmark::State& state) { time_ops(state, false, true); }
 void BM_Sgemm(benchmark::State& state) { time_sgemm(state, false); }
 // matmul(x[M, K], b[K, N]) with a row-major b (attention's probabilities @
 // v through the PyTorch front end), against sgemm(x, b).
@@ -97,6 +103,7 @@ void sgemm_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Linear)->Apply(linear_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
+BENCHMARK(BM_LinearOwn)->Apply(linear_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
 BENCHMARK(BM_Sgemm)->Apply(sgemm_args)->ArgNames({"M", "N", "K"})->UseRealTime();
 // Batched decode's products (docs/performance.md, "Batched decoding"): 1, 4
 // and 16 rows against the built-in model's weights (q/k/v/o 288 x 288, w1/w3
