@@ -28,7 +28,8 @@ Where: only when the query rows L are known to be at most 32
 the fused kernel measured the same time as the written-out graph (10 and 32
 rows, docs/performance.md "Written-out attention"); past it the products run
 oneDNN's matmul (Note [Matrix products through oneDNN]), which with a
-separate softmax beat the one-kernel sdpa by 2-9% at 64 to 256 rows, and
+separate softmax was 1-9% faster than the one-kernel sdpa at 64 to 256 rows,
+and about even once sdpa took query rows in blocks: no gain to pay for, and
 max-autotune must not be slower than the graph as written. A dynamic L
 (no bound known at compile time) is left as written too.
 
@@ -45,7 +46,6 @@ captures the graph's own operators.
 import operator
 
 import torch
-
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .converters.registry import known_equal
