@@ -7,7 +7,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common.h"
@@ -39,16 +38,6 @@ struct Key {
   std::int64_t scalars[7];  // stride, padding, dilation (h, w), groups
 
   bool operator==(const Key& other) const { return std::memcmp(this, &other, sizeof(Key)) == 0; }
-};
-
-struct KeyHash {
-  std::size_t operator()(const Key& k) const {
-    const auto* p = reinterpret_cast<const std::uint64_t*>(&k);
-    std::uint64_t h = 1469598103934665603ULL;
-    for (std::size_t i = 0; i < sizeof(Key) / sizeof(std::uint64_t); ++i)
-      h = (h ^ p[i]) * 1099511628211ULL;
-    return static_cast<std::size_t>(h);
-  }
 };
 
 // A prepared problem. Every primitive takes its scratchpad from the caller
@@ -124,31 +113,7 @@ std::shared_ptr<const Plan> make_plan(const Key& k) {
   return plan;
 }
 
-// The process-wide plan cache. Bounded: past kMaxPlans distinct problems it
-// starts over (plans in use stay alive through their shared_ptr).
-constexpr std::size_t kMaxPlans = 512;
-
-// Null: oneDNN has no implementation for this problem (a zero stride, say),
-// remembered so that our own path runs it without asking again.
-std::shared_ptr<const Plan> plan_for(const Key& key) {
-  static std::mutex mutex;
-  static std::unordered_map<Key, std::shared_ptr<const Plan>, KeyHash> plans;
-  {
-    const std::lock_guard lock(mutex);
-    if (auto it = plans.find(key); it != plans.end()) return it->second;
-  }
-  // Created outside the lock (oneDNN's JIT takes milliseconds); two threads
-  // racing on one new key both build it and the first insert wins.
-  std::shared_ptr<const Plan> plan;
-  try {
-    plan = make_plan(key);
-  } catch (const dnnl::error&) {
-    plan = nullptr;
-  }
-  const std::lock_guard lock(mutex);
-  if (plans.size() >= kMaxPlans) plans.clear();
-  return plans.emplace(key, std::move(plan)).first->second;
-}
+std::shared_ptr<const Plan> plan_for(const Key& key) { return cached_plan(key, make_plan); }
 
 // The activation epilogue over a dense buffer (layout does not matter: it is
 // elementwise and the bias is already in).

@@ -1,7 +1,12 @@
 #pragma once
 // What the oneDNN kernels (onednn_conv.cpp, onednn_matmul.cpp) share. Only
 // files built with SINKGRAPH_ONEDNN include it.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
 
 // OpenMP's one call we make, declared here rather than through <omp.h>: the
 // header is the compiler's own (GCC's here), and clang-tidy, with clang's
@@ -12,5 +17,48 @@ namespace sinkgraph::kernels::cpu::onednn {
 
 // The process's one CPU engine.
 dnnl::engine& engine();
+
+// FNV-1a over a key made of 64-bit fields (compared bytewise, so a key is
+// zeroed or fully assigned before use: padding compares equal).
+template <typename Key>
+struct KeyHash {
+  std::size_t operator()(const Key& key) const {
+    static_assert(sizeof(Key) % sizeof(std::uint64_t) == 0);
+    const auto* p = reinterpret_cast<const std::uint64_t*>(&key);
+    std::uint64_t h = 1469598103934665603ULL;
+    for (std::size_t i = 0; i < sizeof(Key) / sizeof(std::uint64_t); ++i)
+      h = (h ^ p[i]) * 1099511628211ULL;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// The process-wide plan cache of one kind of problem (one per Key type).
+// Bounded: past kMaxPlans distinct problems it starts over (plans in use
+// stay alive through their shared_ptr). A null plan means oneDNN has no
+// implementation for the problem (a zero stride, say), remembered so that
+// our own path runs it without asking again. Plans are made outside the
+// lock (oneDNN's JIT takes milliseconds); two threads racing on one new key
+// both build it and the first insert wins.
+inline constexpr std::size_t kMaxPlans = 512;
+
+template <typename Key, typename Plan>
+std::shared_ptr<const Plan> cached_plan(const Key& key,
+                                        std::shared_ptr<const Plan> (*make)(const Key&)) {
+  static std::mutex mutex;
+  static std::unordered_map<Key, std::shared_ptr<const Plan>, KeyHash<Key>> plans;
+  {
+    const std::lock_guard lock(mutex);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+  }
+  std::shared_ptr<const Plan> plan;
+  try {
+    plan = make(key);
+  } catch (const dnnl::error&) {
+    plan = nullptr;
+  }
+  const std::lock_guard lock(mutex);
+  if (plans.size() >= kMaxPlans) plans.clear();
+  return plans.emplace(key, std::move(plan)).first->second;
+}
 
 }  // namespace sinkgraph::kernels::cpu::onednn

@@ -5,7 +5,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common.h"
@@ -28,20 +27,10 @@ std::atomic<std::uint64_t> g_matmul_calls{0};
 constexpr std::int64_t kMatmulBlockRows = 32;
 constexpr std::int64_t kMatmulMaxBlocks = 8;
 
-// One block's problem: everything its primitive depends on.
+// One block's problem: everything its primitive depends on (all fields set).
 struct Key {
   std::int64_t m, n, k, ldx, wn, wk, ldo;
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
-};
-
-struct KeyHash {
-  std::size_t operator()(const Key& key) const {
-    const auto* p = reinterpret_cast<const std::uint64_t*>(&key);
-    std::uint64_t h = 1469598103934665603ULL;
-    for (std::size_t i = 0; i < sizeof(Key) / sizeof(std::uint64_t); ++i)
-      h = (h ^ p[i]) * 1099511628211ULL;
-    return static_cast<std::size_t>(h);
-  }
 };
 
 struct Plan {
@@ -67,27 +56,7 @@ std::shared_ptr<const Plan> make_plan(const Key& key) {
   return plan;
 }
 
-// The process-wide plan cache, as conv2d's: bounded, and a problem oneDNN
-// declines is remembered as null.
-constexpr std::size_t kMaxPlans = 512;
-
-std::shared_ptr<const Plan> plan_for(const Key& key) {
-  static std::mutex mutex;
-  static std::unordered_map<Key, std::shared_ptr<const Plan>, KeyHash> plans;
-  {
-    const std::lock_guard lock(mutex);
-    if (auto it = plans.find(key); it != plans.end()) return it->second;
-  }
-  std::shared_ptr<const Plan> plan;
-  try {
-    plan = make_plan(key);
-  } catch (const dnnl::error&) {
-    plan = nullptr;
-  }
-  const std::lock_guard lock(mutex);
-  if (plans.size() >= kMaxPlans) plans.clear();
-  return plans.emplace(key, std::move(plan)).first->second;
-}
+std::shared_ptr<const Plan> plan_for(const Key& key) { return cached_plan(key, make_plan); }
 
 struct Block {
   std::shared_ptr<const Plan> plan;
