@@ -8,13 +8,18 @@
 // set_use_onednn(false) (our own tiles) against the same reference, and
 // onednn_matmul_calls() says which path ran. In a build without oneDNN
 // (SINKGRAPH_ONEDNN=OFF, the tsan preset) the oneDNN half is skipped.
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "ops/reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/ops.h"
+#include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
 #include "thread_count.h"
 
@@ -128,6 +133,55 @@ TEST_P(OnednnMatmul, batched_matmul_as_attention_runs_it) {
                      return ops::matmul(make(p, {8, 40, 40}), make(v, {8, 40, 16}));
                    }).to_floats();
   EXPECT_TRUE(all_close(got, ref::matmul(p, {8, 40, 40}, v, {8, 40, 16}), kRtol, kAtol));
+}
+
+// Several host threads, each on a stream of its own, queue products (the
+// plan cache, the per-thread scratchpads and streams shared by them) while
+// another thread changes the compute thread count; then a stream is
+// destroyed with products still queued. Every result equals the one-thread
+// result bit for bit.
+TEST_P(OnednnMatmul, streams_on_several_threads_and_a_stream_destroyed_with_products_queued) {
+  const sgtest::ThreadCount restore;
+  std::mt19937 rng(15);
+  const auto x = sgtest::random_floats(rng, 70 * 96);
+  const auto w = sgtest::random_floats(rng, 130 * 96);
+  const Tensor tx = make(x, {70, 96}), tw = make(w, {130, 96});
+  sinkgraph::set_num_threads(1);
+  const std::vector<float> want = on_path([&] { return ops::linear(tx, tw); }).to_floats();
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> users;
+  for (int u = 0; u < 3; ++u) {
+    users.emplace_back([&] {
+      auto stream = sinkgraph::cpu().create_stream();
+      const sinkgraph::StreamGuard guard(*stream);
+      for (int round = 0; round < 10; ++round) {
+        std::vector<Tensor> queued;
+        for (int i = 0; i < 6; ++i) queued.push_back(ops::linear(tx, tw));  // not waited
+        for (const Tensor& t : queued) {
+          if (t.to_floats() != want) wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  std::thread resizer([&] {
+    for (int i = 0; !done.load(); ++i) {
+      sinkgraph::set_num_threads(1 + i % 3);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  });
+  for (std::thread& t : users) t.join();
+  done.store(true);
+  resizer.join();
+  EXPECT_EQ(wrong.load(), 0);
+
+  std::vector<Tensor> kept;
+  {
+    auto stream = sinkgraph::cpu().create_stream();
+    const sinkgraph::StreamGuard guard(*stream);
+    for (int i = 0; i < 6; ++i) kept.push_back(ops::linear(tx, tw));
+  }  // destroyed with products queued: it finishes them first
+  for (const Tensor& t : kept) EXPECT_EQ(t.to_floats(), want);
 }
 
 INSTANTIATE_TEST_SUITE_P(ops, OnednnMatmul, testing::Bool(), [](const auto& p) {
