@@ -39,19 +39,28 @@ void count_flops(benchmark::State& state) {
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// ops::linear(x, w[N, K]) or, with `row_major_b`, ops::matmul(x, b[K, N]),
-// eagerly at state.range(3) compute threads, synchronized each call; with
-// `own`, oneDNN switched off (Note [Matrix products through oneDNN]).
-void time_ops(benchmark::State& state, bool row_major_b, bool own = false) {
+// The product a benchmark times: ops::linear(x, w[N, K]); ops::matmul(x,
+// b[K, N]) with a row-major b; ops::matmul(x, w[N, K]^T), a transposed view
+// (an nn.Linear as the PyTorch front end converts it past 8 rows).
+enum class Form { linear, row_major_b, transposed_w };
+
+// The product of `form`, eagerly at state.range(3) compute threads,
+// synchronized each call; with `own`, oneDNN switched off (Note [Matrix
+// products through oneDNN]).
+void time_ops(benchmark::State& state, Form form, bool own = false) {
   const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   sg::set_num_threads(static_cast<int>(state.range(3)));
   sg::ops::set_use_onednn(!own && sg::ops::onednn_built());
   const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
+  const bool row_major_b = form == Form::row_major_b;
   const sg::Tensor w =
       sg::Tensor::from_floats(noise(n * k, 2), row_major_b ? sg::Shape{k, n} : sg::Shape{n, k});
+  const sg::Tensor wt = sg::ops::transpose(w, 0, 1);
   sg::Stream& stream = sg::current_stream();
   for (auto _ : state) {
-    sg::Tensor out = row_major_b ? sg::ops::matmul(x, w) : sg::ops::linear(x, w);
+    sg::Tensor out = form == Form::linear        ? sg::ops::linear(x, w)
+                     : form == Form::row_major_b ? sg::ops::matmul(x, w)
+                                                 : sg::ops::matmul(x, wt);
     stream.synchronize();
     benchmark::DoNotOptimize(out);
   }
@@ -77,13 +86,15 @@ void time_sgemm(benchmark::State& state, bool row_major_b) {
   count_flops(state);
 }
 
-void BM_Linear(benchmark::State& state) { time_ops(state, false); }
+void BM_Linear(benchmark::State& state) { time_ops(state, Form::linear); }
 // The same on sinkgraph's own kernels only (past 32 rows: the tiles).
-void BM_LinearOwn(benchmark::State& state) { time_ops(state, false, true); }
+void BM_LinearOwn(benchmark::State& state) { time_ops(state, Form::linear, true); }
+// matmul(x, w^T): no batch invariance to keep, so oneDNN past 8 rows.
+void BM_MatmulTransposedW(benchmark::State& state) { time_ops(state, Form::transposed_w); }
 void BM_Sgemm(benchmark::State& state) { time_sgemm(state, false); }
 // matmul(x[M, K], b[K, N]) with a row-major b (attention's probabilities @
 // v through the PyTorch front end), against sgemm(x, b).
-void BM_MatmulRowMajor(benchmark::State& state) { time_ops(state, true); }
+void BM_MatmulRowMajor(benchmark::State& state) { time_ops(state, Form::row_major_b); }
 void BM_SgemmRowMajor(benchmark::State& state) { time_sgemm(state, true); }
 
 // {M, N, K}: a prefill's rows against each weight shape.
@@ -115,6 +126,20 @@ BENCHMARK(BM_Linear)
     ->Args({1, 288, 768, 1})
     ->Args({4, 288, 768, 1})
     ->Args({16, 288, 768, 1})
+    ->ArgNames({"M", "N", "K", "T"})
+    ->UseRealTime();
+// A few rows against an encoder's weights (d_model 256, feed-forward 1024):
+// linear's row kernel against matmul(x, w^T) through oneDNN.
+void few_rows_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t m : {4, 5, 8, 16, 32}) {
+    for (const auto& nk : {std::vector<std::int64_t>{768, 256}, {1024, 256}, {256, 1024}}) {
+      for (std::int64_t t : {1, 2}) b->Args({m, nk[0], nk[1], t});
+    }
+  }
+}
+BENCHMARK(BM_Linear)->Apply(few_rows_args)->ArgNames({"M", "N", "K", "T"})->UseRealTime();
+BENCHMARK(BM_MatmulTransposedW)
+    ->Apply(few_rows_args)
     ->ArgNames({"M", "N", "K", "T"})
     ->UseRealTime();
 BENCHMARK(BM_MatmulRowMajor)

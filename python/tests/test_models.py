@@ -181,6 +181,36 @@ def compiled_ir(backend):
                      for i in range(r.graph.num_graphs()))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_linear_of_more_than_8_rows_runs_through_onednn(mode):
+    """Note [A linear's rows and a matmul's] (linalg.cpp): an nn.Linear reaches
+    sinkgraph as matmul(x, w^T) (AOTAutograd's t and addmm), which runs linear's
+    row kernel up to 8 rows and oneDNN past them where the build has it. Both
+    agree with eager."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64))
+    for rows in (4, 8, 9, 16):
+        before = sinkgraph._C.onednn_matmul_calls()
+        backend = check_model("mlp", model, lambda b: (torch.randn(b, rows, 64),), mode,
+                              batch_sizes=(1,))
+        ir = compiled_ir(backend)
+        assert ir.count("= matmul(") == 2 and "= linear(" not in ir, ir
+        ran = sinkgraph._C.onednn_matmul_calls() - before
+        assert (ran > 0) == (rows > 8 and sinkgraph.onednn_built()), (rows, ran)
+
+
+def test_the_fused_encoder_layer_converts_its_linears_by_rows():
+    """Note [A torch linear past a few rows] (converters/registry.py): the
+    linears of nn.TransformerEncoderLayer's fused kernel become `linear` up to 8
+    rows (the row kernel; code in max-autotune) and matmul(x, w^T) past them."""
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    for tokens, op in ((8, "= linear("), (9, "= matmul(")):
+        backend = check_model("encoder", layer, lambda b: (torch.randn(b, tokens, 32),),
+                              "reduce-overhead", batch_sizes=(1,))
+        ir = compiled_ir(backend)
+        assert ir.count(op) == 4, ir
+
+
 def test_max_autotune_folds_batch_norm_and_fuses_activations():
     backend = check_model("resnet18", torchvision.models.resnet18(num_classes=10), images(64),
                           "max-autotune", batch_sizes=(1,), frozen_parameter=True)

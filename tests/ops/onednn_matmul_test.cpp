@@ -1,10 +1,9 @@
-// Products of more than 32 rows through oneDNN (Note [Matrix products through
-// oneDNN] in src/kernels/cpu/onednn.h) against the naive double-precision
-// references: linear's w[N, K] and matmul's row-major b[K, N] read in place,
-// odd sizes (tails of every block and vector), row counts that cut into
-// uneven blocks, a strided x (a slice of wider rows), the transposed weight
-// of an nn.Linear reached through matmul, batched matmul, and 1, 2 and 3
-// compute threads (bitwise the same). Each case also runs with
+// Products of more than 32 rows, and matmul(x, w^T) of more than 8, through
+// oneDNN (Note [Matrix products through oneDNN] in src/kernels/cpu/onednn.h) against the naive
+// double-precision references: linear's w[N, K] and matmul's row-major b[K, N] read in place, odd
+// sizes (tails of every block and vector), row counts that cut into uneven blocks, a strided x (a
+// slice of wider rows), the transposed weight of an nn.Linear reached through matmul, batched
+// matmul, and 1, 2 and 3 compute threads (bitwise the same). Each case also runs with
 // set_use_onednn(false) (our own tiles) against the same reference, and
 // onednn_matmul_calls() says which path ran. In a build without oneDNN
 // (SINKGRAPH_ONEDNN=OFF, the tsan preset) the oneDNN half is skipped.
@@ -121,6 +120,57 @@ TEST_P(OnednnMatmul, matmul_with_a_row_major_b_and_with_a_transposed_weight) {
           return ops::matmul(make(a, {s.m, s.k}), ops::transpose(make(wt, {s.n, s.k}), 0, 1));
         }).to_floats();
     EXPECT_TRUE(all_close(got_t, want, kRtol, kAtol)) << s.m << "x" << s.k << " @ t " << s.n;
+  }
+}
+
+// Note [A linear's rows and a matmul's] (linalg.cpp): matmul(x, w^T) takes
+// oneDNN past 8 rows, cut into two blocks of columns where the product is
+// large enough (odd widths: uneven halves), the same bits at any thread
+// count; up to 8 rows it runs linear's row kernel, and linear itself keeps
+// that kernel, and each row's result alone, up to 32 rows.
+TEST_P(OnednnMatmul, a_transposed_weight_past_8_rows_and_linear_up_to_32) {
+  const sgtest::ThreadCount restore;
+  std::mt19937 rng(15);
+  // {m, k, n}: one block; two blocks of 128 columns; two uneven ones (515, 516).
+  const Shape shapes[] = {{9, 64, 40}, {32, 520, 256}, {16, 300, 1031}};
+  for (const Shape& s : shapes) {
+    const auto x = sgtest::random_floats(rng, s.m * s.k);
+    const auto w = sgtest::random_floats(rng, s.n * s.k);
+    const auto want = ref::linear(x, {s.m, s.k}, w, s.n);
+    std::vector<float> first;
+    for (const int threads : {1, 2, 3}) {
+      sinkgraph::set_num_threads(threads);
+      const auto got =
+          on_path([&] {
+            return ops::matmul(make(x, {s.m, s.k}), ops::transpose(make(w, {s.n, s.k}), 0, 1));
+          }).to_floats();
+      EXPECT_TRUE(all_close(got, want, kRtol, kAtol))
+          << s.m << "x" << s.k << " @ t " << s.n << " at " << threads << " threads";
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << s.m << "x" << s.k << " @ t " << s.n << ": " << threads
+                              << " threads differ from one";
+      }
+    }
+  }
+  // Up to 8 rows through matmul, and up to 32 through linear: the row kernel.
+  const std::int64_t k = 96, n = 80;
+  const auto w = sgtest::random_floats(rng, n * k);
+  for (const std::int64_t m : {std::int64_t{8}, std::int64_t{32}}) {
+    const auto x = sgtest::random_floats(rng, m * k);
+    const std::uint64_t before = ops::onednn_matmul_calls();
+    const auto got = ops::linear(make(x, {m, k}), make(w, {n, k})).to_floats();
+    const auto got_mm =
+        m <= 8 ? ops::matmul(make(x, {m, k}), ops::transpose(make(w, {n, k}), 0, 1)).to_floats()
+               : got;
+    EXPECT_EQ(ops::onednn_matmul_calls(), before) << m << " rows";
+    EXPECT_TRUE(all_close(got, ref::linear(x, {m, k}, w, n), kRtol, kAtol)) << m << " rows";
+    EXPECT_EQ(got_mm, got) << m << " rows";
+    // Batch invariance: the last row among the others is bitwise the row alone.
+    const std::vector<float> last(x.end() - k, x.end());
+    const auto alone = ops::linear(make(last, {1, k}), make(w, {n, k})).to_floats();
+    EXPECT_EQ(std::vector<float>(got.end() - n, got.end()), alone) << m << " rows";
   }
 }
 

@@ -6,7 +6,7 @@ import operator
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, known_equal,
-                       matmul2d, node_value, optional_overload, register, sg_op, transpose,
+                       linear_product, matmul2d, node_value, optional_overload, register, sg_op, transpose,
                        view, _is_tensor, _wrap_dim)
 
 
@@ -19,7 +19,7 @@ from .registry import (Copies, Unsupported, aten, binary, contiguous, full, know
 
 
 def _linear_bias(x, w, b):
-    out = sg_op("linear", [x, w])
+    out = linear_product(x, w)
     return out if b is None else sg_op("add", [out, b])
 
 

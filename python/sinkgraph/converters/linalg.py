@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from .registry import (Copies, Unsupported, aten, binary, contiguous, full, matmul2d,
+from .registry import (Copies, Unsupported, aten, binary, contiguous, full, linear_product,
+                       matmul2d,
                        optional_overload, register, sg_op, transpose, unsqueeze, view,
                        _is_tensor, _wrap_dim)
 
@@ -41,7 +42,7 @@ def _addmm(bias, a, b, beta=1, alpha=1):
 
 @register(aten.linear.default)
 def _linear(x, w, b=None):
-    out = sg_op("linear", [x, w])
+    out = linear_product(x, w)
     return out if b is None else sg_op("add", [out, b])
 
 

@@ -173,7 +173,29 @@ def binary(name, a, b):
 
 
 def matmul2d(a, b):
-    """a[M, K] @ b[K, N]; linear when b is the transpose of a contiguous [N, K]."""
+    """a[M, K] @ b[K, N] (a transposed weight runs as linear_product below)."""
     return sg_op("matmul", [a, b])
+
+
+# Note [A torch linear past a few rows]
+# sinkgraph's `linear` keeps its row kernel up to 32 rows so that a row's
+# result never depends on the rows around it: batched decoding needs it
+# (Note [Rows of a linear] in linalg.cpp). torch promises no such thing, and
+# past a few rows a matrix product through oneDNN is faster on one thread
+# (Note [A linear's rows and a matmul's] in linalg.cpp), which `matmul` with a
+# transposed weight takes. A torch linear of more rows than
+# MATMUL_ROW_KERNEL_ROWS when traced becomes matmul(x, w^T); up to them
+# (decode) it stays `linear`, which max-autotune generates code for. A graph
+# traced with more rows and replayed with fewer still runs the row kernel:
+# the kernel chooses by the rows it is given.
+MATMUL_ROW_KERNEL_ROWS = 8
+
+
+def linear_product(x, w):
+    """x[..., K] @ w[N, K]^T (Note [A torch linear past a few rows])."""
+    rows = math.prod(x.shape[:-1])
+    if rows > MATMUL_ROW_KERNEL_ROWS and w.ndim == 2:
+        return sg_op("matmul", [x, transpose(w, 0, 1)])
+    return sg_op("linear", [x, w])
 
 

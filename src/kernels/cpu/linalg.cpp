@@ -115,14 +115,28 @@ void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x,
                float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                KernelContext& ctx);
 
-// out[M, N] = a @ b with rows of a contiguous, on the compute threads. A b
-// that is the transpose of a row-major w[N, K] (how an nn.Linear reaches
-// matmul from the PyTorch front-end: aten.t then mm) is a linear and runs
-// linear's kernels; a row-major b[K, N] (attention's probabilities @ v)
-// at least kTileCols wide runs the tiled kernel at any number of rows (Note
-// [Products of many rows]). Anything else runs OpenBLAS on one thread.
+// Note [A linear's rows and a matmul's]
+// linear keeps its row kernel up to kMaxKernelRows rows for batch
+// invariance (Note [Rows of a linear]): batched decoding builds its products
+// as linear. matmul promises no such thing (nor does torch), so a b that is
+// the transpose of a row-major w[N, K] (an nn.Linear as the PyTorch front
+// end converts it past kMatmulRowKernelRows rows: matmul(x, w^T)) runs
+// oneDNN's matmul past that many rows where the build has it, which
+// measured 1.5-1.8x the row kernel at 8 to 32 rows on one thread
+// (bench_linear, BM_MatmulTransposedW against BM_Linear; docs/performance.md
+// "A torch linear's rows"), and linear's kernels otherwise. A row-major
+// b[K, N] (attention's probabilities @ v) at least kTileCols wide runs the
+// tiled kernel at any number of rows (Note [Products of many rows]).
+// Anything else runs OpenBLAS on one thread.
+constexpr std::int64_t kMatmulRowKernelRows = 8;
+
+// out[M, N] = a @ b with rows of a contiguous, on the compute threads
+// (Note [A linear's rows and a matmul's]).
 void product(const Mat& a, const Mat& b, float* out, std::int64_t ldo, KernelContext& ctx) {
   if (!a.trans && a.rows > 0 && a.cols > 0 && b.trans && b.cols > 0) {
+    if (a.rows > kMatmulRowKernelRows &&
+        onednn::matmul(b.ptr, b.ld, 1, a.ptr, a.ld, out, ldo, a.rows, b.cols, a.cols, ctx))
+      return;
     linear_f32(b.ptr, b.ld, a.ptr, a.ld, out, ldo, a.rows, b.cols, a.cols, ctx);
     return;
   }

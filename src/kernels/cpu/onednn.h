@@ -53,23 +53,26 @@ bool conv2d(const ArgBlock& args, KernelContext& ctx);
 
 // Note [Matrix products through oneDNN]
 // A product of more than kMaxKernelRows rows (a prefill, an encoder or a
-// vision transformer over its tokens, attention's batched products) runs
-// oneDNN's matmul where this build has it: out[M, N] = x[M, K] @ W with W's
-// element (n, k) at w[n * wn + k * wk], which takes a linear's row-major
-// w[N, K] (wn = ldw, wk = 1) and a matmul's row-major b[K, N] (wn = 1, wk =
-// ldb) in place: no reorder of the weight, and so nothing to redo when a
-// parameter is written between calls. Measured (bench/torch_models.py and a
-// one-thread microbenchmark, docs/performance.md "Matrix products through
-// oneDNN"): its AVX-512 brgemm kernels ran these products at 80-110 GFLOP/s
-// against 35-42 for our register-blocked tiles (Note [Products of many
-// rows]), from 1.1 us for the smallest upward: no shape we measured past
-// kMaxKernelRows was faster on the tiles, so there is no size rule.
-// Up to kMaxKernelRows rows (decode, batched decode) keeps our row kernel and
-// its contract (each row bitwise the row alone, Note [Rows of a linear]).
+// vision transformer over its tokens, attention's batched products), and a
+// matmul(x, w^T) of more than 8 (Note [A linear's rows and a matmul's] in
+// linalg.cpp), runs oneDNN's matmul where this build has it: out[M, N] =
+// x[M, K] @ W with W's element (n, k) at w[n * wn + k * wk], which takes a
+// linear's row-major w[N, K] (wn = ldw, wk = 1) and a matmul's row-major
+// b[K, N] (wn = 1, wk = ldb) in place: no reorder of the weight, and so
+// nothing to redo when a parameter is written between calls. Measured
+// (bench/torch_models.py and a one-thread microbenchmark, docs/performance.md
+// "Matrix products through oneDNN"): its AVX-512 brgemm kernels ran these
+// products at 80-110 GFLOP/s against 35-42 for our register-blocked tiles
+// (Note [Products of many rows]), from 1.1 us for the smallest upward: no
+// shape we measured past kMaxKernelRows was faster on the tiles, so there is
+// no size rule. Up to kMaxKernelRows rows (decode, batched decode) linear
+// keeps our row kernel and its contract (each row bitwise the row alone,
+// Note [Rows of a linear]).
 // As for convolutions: one primitive per problem in a process-wide cache,
-// user scratchpads, an OpenMP team of one, and the rows cut into blocks by
-// the shape alone (kMatmulBlockRows, at most kMatmulMaxBlocks) that our
-// compute threads run, so the result does not depend on the thread count.
+// user scratchpads, an OpenMP team of one, and the product cut into blocks
+// by the shape alone (of rows, or of columns when the rows are few:
+// onednn_matmul.cpp) that our compute threads run, so the result does not
+// depend on the thread count.
 // oneDNN's kernels compute each output over K in an order fixed by the
 // primitive, the same for every row: a row's result among other rows does
 // not depend on their order (ops_threads tests it), though it can differ by

@@ -18,13 +18,26 @@ using dnnl::memory;
 
 std::atomic<std::uint64_t> g_matmul_calls{0};
 
-// The rows are cut into blocks of at least kMatmulBlockRows, at most
-// kMatmulMaxBlocks of them, as even as whole rows allow: the cut is a
-// function of the shape only (Note [Matrix products through oneDNN]). Rows,
-// not columns: a block of columns writes a strided part of the output, which
-// oneDNN 2.6's brgemm kernels refuse (its fallback, gemm:jit, measured at
-// half their rate), while a block of rows is dense.
+// The product is cut into blocks as a function of the shape only (Note
+// [Matrix products through oneDNN]): rows into blocks of at least
+// kMatmulBlockRows, at most kMatmulMaxBlocks of them, as even as whole rows
+// allow. A product of fewer than two such blocks of rows (an encoder over a
+// few tokens through matmul(x, w^T), Note [A linear's rows and a matmul's]
+// in linalg.cpp) is cut into at most kMatmulMaxColBlocks blocks of columns
+// instead, each at least kMatmulBlockCols wide and kMatmulBlockWork
+// multiply-adds. Measured on the 2-core machine (bench_linear,
+// BM_MatmulTransposedW against BM_Linear at 16 and 32 rows, two threads):
+// one block ran 0.6x linear's row kernel split over both threads, two
+// halves 1.1-1.9x it, and four or eight smaller blocks no faster than two
+// (docs/performance.md, "A torch linear's rows"). oneDNN 2.6's brgemm
+// kernels refuse a strided output (its fallback, gemm:jit, measured at half
+// their rate), so a block of columns is computed into a dense buffer of the
+// thread's own and copied into place: under 64 x N floats, small next to
+// the product.
 constexpr std::int64_t kMatmulBlockRows = 32;
+constexpr std::int64_t kMatmulBlockCols = 128;
+constexpr std::int64_t kMatmulBlockWork = std::int64_t{1} << 20;  // multiply-adds
+constexpr std::int64_t kMatmulMaxColBlocks = 2;
 constexpr std::int64_t kMatmulMaxBlocks = 8;
 
 // One block's problem: everything its primitive depends on (all fields set).
@@ -61,11 +74,14 @@ std::shared_ptr<const Plan> plan_for(const Key& key) { return cached_plan(key, m
 struct Block {
   std::shared_ptr<const Plan> plan;
   const float* x = nullptr;
+  const float* w = nullptr;
   float* out = nullptr;
+  // A block of columns: rows x cols computed densely, then copied to out (ldo).
+  std::int64_t rows = 0, cols = 0, ldo = 0;
+  bool dense_copy = false;
 };
 
 struct Job {
-  const float* w = nullptr;
   Block block[kMatmulMaxBlocks];
   int blocks = 0;
   std::atomic<bool> failed{false};
@@ -79,15 +95,23 @@ void run_block(Job& job, const Block& blk) {
     omp_set_num_threads(1);
     thread_local dnnl::stream stream(engine());
     thread_local std::vector<std::byte> pad;
+    thread_local std::vector<float> dense;
     const Plan& plan = *blk.plan;
     if (pad.size() < plan.pad_desc.get_size()) pad.resize(plan.pad_desc.get_size());
+    const auto dense_size = static_cast<std::size_t>(blk.rows * blk.cols);
+    if (blk.dense_copy && dense.size() < dense_size) dense.resize(dense_size);
+    float* dst = blk.dense_copy ? dense.data() : blk.out;
     const dnnl::engine& eng = engine();
     plan.primitive.execute(stream,
                            {{DNNL_ARG_SRC, memory(plan.x_desc, eng, const_cast<float*>(blk.x))},
-                            {DNNL_ARG_WEIGHTS, memory(plan.w_desc, eng, const_cast<float*>(job.w))},
-                            {DNNL_ARG_DST, memory(plan.out_desc, eng, blk.out)},
+                            {DNNL_ARG_WEIGHTS, memory(plan.w_desc, eng, const_cast<float*>(blk.w))},
+                            {DNNL_ARG_DST, memory(plan.out_desc, eng, dst)},
                             {DNNL_ARG_SCRATCHPAD, memory(plan.pad_desc, eng, pad.data())}});
     stream.wait();
+    if (blk.dense_copy) {
+      for (std::int64_t r = 0; r < blk.rows; ++r)
+        std::copy_n(dst + r * blk.cols, blk.cols, blk.out + r * blk.ldo);
+    }
   } catch (const dnnl::error& e) {
     const std::lock_guard lock(job.error_mutex);
     if (job.error.empty()) job.error = e.what();
@@ -106,16 +130,28 @@ bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, st
   // oneDNN sizes a primitive's work split by the caller's OpenMP team: one.
   omp_set_num_threads(1);
   Job job;
-  job.w = w;
-  const std::int64_t blocks = std::clamp<std::int64_t>(m / kMatmulBlockRows, 1, kMatmulMaxBlocks);
-  job.blocks = static_cast<int>(blocks);
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t r0 = m * b / blocks, r1 = m * (b + 1) / blocks;
+  const std::int64_t row_blocks =
+      std::clamp<std::int64_t>(m / kMatmulBlockRows, 1, kMatmulMaxBlocks);
+  const std::int64_t col_blocks =
+      row_blocks > 1
+          ? 1
+          : std::clamp<std::int64_t>(std::min(n / kMatmulBlockCols, m * n * k / kMatmulBlockWork),
+                                     1, kMatmulMaxColBlocks);
+  job.blocks = static_cast<int>(row_blocks * col_blocks);
+  for (std::int64_t b = 0; b < row_blocks * col_blocks; ++b) {
+    const std::int64_t rb = b / col_blocks, cb = b % col_blocks;
+    const std::int64_t r0 = m * rb / row_blocks, r1 = m * (rb + 1) / row_blocks;
+    const std::int64_t c0 = n * cb / col_blocks, c1 = n * (cb + 1) / col_blocks;
     Block& blk = job.block[b];
-    blk.plan = plan_for(Key{r1 - r0, n, k, ldx, wn, wk, ldo});
+    blk.dense_copy = col_blocks > 1;
+    blk.rows = r1 - r0;
+    blk.cols = c1 - c0;
+    blk.ldo = ldo;
+    blk.plan = plan_for(Key{blk.rows, blk.cols, k, ldx, wn, wk, blk.dense_copy ? blk.cols : ldo});
     if (blk.plan == nullptr) return false;  // oneDNN declines it: our own kernel
     blk.x = x + r0 * ldx;
-    blk.out = out + r0 * ldo;
+    blk.w = w + c0 * wn;
+    blk.out = out + r0 * ldo + c0;
   }
   g_matmul_calls.fetch_add(1, std::memory_order_relaxed);
   ctx.parallel_run(
