@@ -29,8 +29,10 @@ the fused kernel measured the same time as the written-out graph (10 and 32
 rows, docs/performance.md "Written-out attention"); past it the products run
 oneDNN's matmul (Note [Matrix products through oneDNN]), which with a
 separate softmax was 1-9% faster than the one-kernel sdpa at 64 to 256 rows,
-and about even once sdpa took query rows in blocks: no gain to pay for, and
-max-autotune must not be slower than the graph as written. A dynamic L
+about even once sdpa took query rows in blocks, and even again since sdpa
+runs the same two products past 32 rows (Note [Long attention through
+products]): no gain to pay for, and max-autotune must not be slower than
+the graph as written. A dynamic L
 (no bound known at compile time) is left as written too.
 
 What is left alone: any intermediate read by another node (the weights

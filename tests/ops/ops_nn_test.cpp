@@ -9,9 +9,11 @@
 
 #include "kernels/counter_rng.h"  // internal: the tests build with src/ on the include path
 #include "ops/reference.h"
+#include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/tensor.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -730,5 +732,111 @@ TEST(ops_nn, sdpa_heads_first_errors_name_the_shapes) {
             }).find("keys"),
             std::string::npos);  // the mask has 4 keys, k has 5
 }
+
+// Note [Long attention through products] (transformer.cpp): past 32 query
+// rows and keys, f32 attention runs as two oneDNN products per head with a
+// softmax between them where the build has oneDNN; the row walk otherwise
+// (set_use_onednn(false)). Both against the double reference: plain, masked
+// with a padded block and a row that sees no key, causal with more and fewer
+// keys than queries, the embedding form's strided slices and the heads-first
+// form with grouped kv heads; 1, 2 and 3 compute threads give the same bits.
+class LongAttention : public testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam() && !ops::onednn_built()) GTEST_SKIP() << "built without oneDNN";
+    ops::set_use_onednn(GetParam());
+  }
+  void TearDown() override { ops::set_use_onednn(ops::onednn_built()); }
+
+  // f() at 1, 2 and 3 threads: equal bits, close to `want`, on this instance's path.
+  template <typename F>
+  void check(const char* what, F&& f, const std::vector<float>& want) {
+    const sgtest::ThreadCount restore;
+    std::vector<float> first;
+    for (const int threads : {1, 2, 3}) {
+      sinkgraph::set_num_threads(threads);
+      const std::uint64_t before = ops::onednn_matmul_calls();
+      const auto got = f().to_floats();
+      EXPECT_EQ(ops::onednn_matmul_calls() > before, GetParam()) << what;
+      EXPECT_TRUE(all_close(got, want, 1e-4, 1e-5)) << what << " at " << threads << " threads";
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << what << ": " << threads << " threads differ from one";
+      }
+    }
+  }
+};
+
+TEST_P(LongAttention, matches_the_reference_plain_masked_and_causal) {
+  const std::int64_t b = 2, e = 32, heads = 2;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [l, s] : {std::pair<std::int64_t, std::int64_t>{40, 45}, {50, 37}}) {
+    std::mt19937 rng(static_cast<unsigned>(90 + l));
+    // q, k and v as column slices of wider rows (strided, as from one fused projection).
+    const auto wq = sgtest::random_floats(rng, b * l * 2 * e, -1, 1);
+    const auto wkv = sgtest::random_floats(rng, b * s * 2 * e, -1, 1);
+    const Tensor q = ops::slice(make(wq, {b, l, 2 * e}), 2, e, 2 * e, 1);
+    const Tensor k = ops::slice(make(wkv, {b, s, 2 * e}), 2, 0, e, 1);
+    const Tensor v = ops::slice(make(wkv, {b, s, 2 * e}), 2, e, 2 * e, 1);
+    const auto dense = [&](const Tensor& t) { return ops::contiguous(t).to_floats(); };
+    const auto qd = dense(q), kd = dense(k), vd = dense(v);
+    auto m = sgtest::random_floats(rng, b * l * s, -2, 2);
+    for (std::int64_t i = 0; i < l; ++i)
+      for (std::int64_t j = 0; j < 5; ++j) m[(1 * l + i) * s + j] = -inf;  // batch 1: padding
+    for (std::int64_t j = 0; j < s; ++j) m[(0 * l + 33) * s + j] = -inf;   // a row sees no key
+    const auto ref = [&](const auto& mask) {
+      return masked_attention_reference(qd, kd, vd, b, l, s, e, heads, 0.3, mask);
+    };
+    const auto none = [](std::int64_t, std::int64_t, std::int64_t, std::int64_t) { return 0.0F; };
+    SCOPED_TRACE(std::to_string(l) + " queries, " + std::to_string(s) + " keys");
+    check(
+        "sdpa", [&] { return ops::sdpa(q, k, v, heads, 0.3); }, ref(none));
+    check(
+        "sdpa_causal", [&] { return ops::sdpa_causal(q, k, v, heads, 0.3); },
+        ref([&](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+          return j > i ? -inf : 0.0F;
+        }));
+    const Tensor mask = make(m, {b, 1, l, s});
+    check(
+        "sdpa_mask", [&] { return ops::sdpa_mask(q, k, v, mask, heads, 0.3); },
+        ref([&](std::int64_t bi, std::int64_t, std::int64_t i, std::int64_t j) {
+          return m[(bi * l + i) * s + j];
+        }));
+  }
+}
+
+TEST_P(LongAttention, heads_first_with_grouped_kv_heads) {
+  const std::int64_t b = 1, l = 36, s = 41, heads = 4, kv_heads = 2, d = 16, e = heads * d;
+  const std::int64_t group = heads / kv_heads;
+  std::mt19937 rng(95);
+  const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);             // [B, L, H, D]
+  const auto k = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);  // [B, S, Hkv, D]
+  const auto v = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);
+  const auto repeat = [&](const std::vector<float>& t) {
+    std::vector<float> out(static_cast<std::size_t>(b * s * e));
+    for (std::int64_t r = 0; r < b * s; ++r)
+      for (std::int64_t h = 0; h < heads; ++h)
+        for (std::int64_t c = 0; c < d; ++c)
+          out[(r * heads + h) * d + c] = t[(r * kv_heads + h / group) * d + c];
+    return out;
+  };
+  const auto first = [&](const std::vector<float>& t, std::int64_t rows, std::int64_t h) {
+    return ops::permute(make(t, {b, rows, h, d}), {0, 2, 1, 3});  // a view: strided heads
+  };
+  const auto none = [](std::int64_t, std::int64_t, std::int64_t, std::int64_t) { return 0.0F; };
+  check(
+      "sdpa heads-first",
+      [&] {
+        return ops::sdpa(first(q, l, heads), first(k, s, kv_heads), first(v, s, kv_heads), heads,
+                         0.25);
+      },
+      masked_attention_reference(q, repeat(k), repeat(v), b, l, s, e, heads, 0.25, none));
+}
+
+INSTANTIATE_TEST_SUITE_P(ops_nn, LongAttention, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& p) {
+                           return p.param ? "onednn" : "row_walk";
+                         });
 
 }  // namespace

@@ -77,9 +77,12 @@ bool conv2d(const ArgBlock& args, KernelContext& ctx);
 // primitive, the same for every row: a row's result among other rows does
 // not depend on their order (ops_threads tests it), though it can differ by
 // rounding from the same row in a product of another number of rows.
+// `on_this_thread`: the blocks run in turn on the calling thread (a kernel
+// that already split its work across the compute threads, as sdpa does by
+// heads), the same blocks and so the same bits.
 bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
             float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
-            KernelContext& ctx);
+            KernelContext& ctx, bool on_this_thread = false);
 // matmul calls that ran here (ops::onednn_matmul_calls).
 std::uint64_t matmul_calls();
 

@@ -125,7 +125,7 @@ std::uint64_t matmul_calls() { return g_matmul_calls.load(std::memory_order_rela
 
 bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
             float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
-            KernelContext& ctx) {
+            KernelContext& ctx, bool on_this_thread) {
   if (!enabled() || m <= 0 || n <= 0 || k <= 0) return false;
   // oneDNN sizes a primitive's work split by the caller's OpenMP team: one.
   omp_set_num_threads(1);
@@ -154,13 +154,17 @@ bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, st
     blk.out = out + r0 * ldo + c0;
   }
   g_matmul_calls.fetch_add(1, std::memory_order_relaxed);
-  ctx.parallel_run(
-      job.blocks,
-      [](void* arg, int b) {
-        auto& j = *static_cast<Job*>(arg);
-        run_block(j, j.block[b]);
-      },
-      &job);
+  if (on_this_thread) {
+    for (int b = 0; b < job.blocks; ++b) run_block(job, job.block[b]);
+  } else {
+    ctx.parallel_run(
+        job.blocks,
+        [](void* arg, int b) {
+          auto& j = *static_cast<Job*>(arg);
+          run_block(j, j.block[b]);
+        },
+        &job);
+  }
   if (job.failed.load(std::memory_order_relaxed)) ctx.fail("matmul: oneDNN failed: " + job.error);
   return true;
 }

@@ -1,5 +1,6 @@
 // Transformer pieces: rotary embedding, embedding lookup, attention over a KV cache.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "onednn.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -361,11 +363,140 @@ HeadsView heads_view(const TensorArg& t, std::int64_t d) {
 // the rows' count or the thread count.
 constexpr std::int64_t kQueryBlock = 4;
 
+// Note [Long attention through products]
+// Past kMaxRowKernelQueries query rows and keys, attention is two matrix
+// products per (batch, head) with a softmax between them, and oneDNN's
+// products (Note [Matrix products through oneDNN]) run them faster than the
+// row walk above: 4 heads of 64 on one thread measured 1.5-2.0x at 64
+// tokens and 2.1-3.1x at 128 to 256 (docs/performance.md, "Long attention
+// through products"). So where the build has oneDNN and the operands are
+// f32 with unit-stride rows, each (batch, head) runs: scores[L, S] = q_h @ k_h^T read in place (k's rows as
+// a linear's weight), a softmax per row over the scaled scores (plus the
+// mask, minus the keys a causal query does not see; a row whose every key
+// is masked gets zero weights, so zeros, as torch's CPU kernel gives), then
+// out_h = p @ v_h (v read in place as a row-major b) into a dense buffer
+// copied to the head's columns. Several heads split across the compute
+// threads, each running its products on its own thread; one head runs its
+// products on all of them. The products are cut by shape alone either way,
+// so the result does not depend on the thread count; it differs from the row
+// walk by rounding (the products sum in oneDNN's order). Up to
+// kMaxRowKernelQueries query rows (decoding, short sequences) the row walk
+// stays, and so do f16/bf16 and strided operands.
+constexpr std::int64_t kMaxRowKernelQueries = 32;
+
+// Returns false where the products path does not apply (Note [Long
+// attention through products]); sdpa_rows then writes the whole output.
+bool sdpa_products(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
+  const TensorArg& q_arg = args.tensors[0];
+  const TensorArg& k_arg = args.tensors[1];
+  const TensorArg& v_arg = args.tensors[2];
+  const TensorArg& o = args.tensors[mask != nullptr ? 4 : 3];
+  if (!onednn::enabled() || q_arg.dtype != DType::f32 || k_arg.dtype != DType::f32 ||
+      v_arg.dtype != DType::f32 || o.dtype != DType::f32 ||
+      (mask != nullptr && mask->dtype != DType::f32))
+    return false;
+  const std::int64_t heads = args.scalars[0].i;
+  const auto scale = static_cast<float>(args.scalars[1].f);
+  const bool heads_first = q_arg.ndim == 4;
+  const std::int64_t batch = q_arg.sizes[0];
+  const std::int64_t len = heads_first ? q_arg.sizes[2] : q_arg.sizes[1];
+  const std::int64_t d = heads_first ? q_arg.sizes[3] : q_arg.sizes[2] / heads;
+  const std::int64_t src = heads_first ? k_arg.sizes[2] : k_arg.sizes[1];
+  if (len <= kMaxRowKernelQueries || src <= kMaxRowKernelQueries || d < 1) return false;
+  const std::int64_t group = heads_first ? heads / k_arg.sizes[1] : 1;
+  const HeadsView q = heads_view(q_arg, d);
+  const HeadsView k = heads_view(k_arg, d);
+  const HeadsView v = heads_view(v_arg, d);
+  if (q.channel != 1 || k.channel != 1 || v.channel != 1) return false;
+  const float* pq = q_arg.ptr<float>();
+  const float* pk = k_arg.ptr<float>();
+  const float* pv = v_arg.ptr<float>();
+  auto* po = o.ptr<float>();
+  const float* pm = mask != nullptr ? mask->ptr<float>() : nullptr;
+  std::int64_t ms[4] = {};
+  if (mask != nullptr) {
+    for (int i = 0; i < 4; ++i) ms[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
+  }
+  // One (batch, head) after another, each product on every compute thread
+  // (one head), or the heads split across the compute threads, each running
+  // its products on its own thread: the same blocks either way, so the same
+  // bits (Note [Long attention through products]).
+  const std::int64_t tasks = batch * heads;
+  const bool by_heads = tasks >= 2;
+  std::atomic<bool> declined{false};
+  const auto head = [&](std::int64_t task, float* scores, float* out) {
+    const std::int64_t b = task / heads, h = task % heads;
+    const float* qbase = pq + b * q.batch + h * q.head;
+    const float* kbase = pk + b * k.batch + (h / group) * k.head;
+    const float* vbase = pv + b * v.batch + (h / group) * v.head;
+    if (!onednn::matmul(kbase, k.row, 1, qbase, q.row, scores, src, len, src, d, ctx, by_heads)) {
+      declined.store(true, std::memory_order_relaxed);
+      return;
+    }
+    const auto softmax_rows = [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        float* sr = scores + i * src;
+        const float* mrow = pm != nullptr ? pm + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
+        const std::int64_t keys = causal ? std::min(src, i + 1) : src;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j < keys; ++j) {
+          sr[j] *= scale;
+          if (mrow != nullptr) sr[j] += mrow[j * ms[3]];
+          mx = std::max(mx, sr[j]);
+        }
+        if (mx == -std::numeric_limits<float>::infinity()) {
+          std::fill(sr, sr + src, 0.0F);  // every key masked: zeros
+          continue;
+        }
+        float sum = 0.0F;
+        for (std::int64_t j = 0; j < keys; ++j) {
+          sr[j] = vec::exp(sr[j] - mx);
+          sum += sr[j];
+        }
+        const float inv = 1.0F / sum;
+        for (std::int64_t j = 0; j < keys; ++j) sr[j] *= inv;
+        std::fill(sr + keys, sr + src, 0.0F);
+      }
+    };
+    if (by_heads) {
+      softmax_rows(0, len);
+    } else {
+      parallel_for(ctx, len, grain_for(4 * src), softmax_rows);
+    }
+    if (!onednn::matmul(vbase, 1, v.row, scores, src, out, d, len, d, src, ctx, by_heads)) {
+      declined.store(true, std::memory_order_relaxed);
+      return;
+    }
+    for (std::int64_t i = 0; i < len; ++i) {
+      float* orow = po + b * o.strides[0] + i * o.strides[1] + h * d * o.strides[2];
+      for (std::int64_t c = 0; c < d; ++c) orow[c * o.strides[2]] = out[i * d + c];
+    }
+  };
+  const auto scratch = [&](std::vector<float>& buf) {
+    buf.resize(static_cast<std::size_t>(len * (src + d)));
+    return buf.data();
+  };
+  if (by_heads) {
+    parallel_for(ctx, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
+      thread_local std::vector<float> buf;
+      float* scores = scratch(buf);
+      for (std::int64_t t = begin; t < end; ++t) head(t, scores, scores + len * src);
+    });
+  } else {
+    std::vector<float> buf;
+    float* scores = scratch(buf);
+    head(0, scores, scores + len * src);
+  }
+  // The switch turned off meanwhile (another thread): the row walk writes it all.
+  return !declined.load(std::memory_order_relaxed);
+}
+
 // `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
 // scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
 // after the query's own index are left out, as torch's is_causal mask
 // (tril aligned to the top left) leaves them.
 void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
+  if (sdpa_products(args, ctx, mask, causal)) return;
   const TensorArg& q_arg = args.tensors[0];
   const TensorArg& k_arg = args.tensors[1];
   const TensorArg& v_arg = args.tensors[2];
