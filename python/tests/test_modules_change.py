@@ -92,3 +92,38 @@ def test_outputs_are_not_overwritten_by_later_calls():
         ys = [opt(x) for x in xs]
         for x, y in zip(xs, ys):
             torch.testing.assert_close(y, model(x), rtol=1e-3, atol=1e-4)
+
+
+# Issue 36, item 6: tensors the model reads that are neither arguments nor
+# registered parameters or buffers. Dynamo lifts a plain tensor attribute and a
+# global tensor into graph inputs (it guards on them), so nothing is baked in
+# at capture: a write in place and a reassignment are both seen.
+_OFFSET = torch.randn(8)
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.scale = torch.randn(8)  # a plain attribute: not a parameter, not a buffer
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + _OFFSET
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_plain_tensor_attribute_and_a_global_tensor_are_read_every_call(mode):
+    global _OFFSET
+    model = _Scaled().eval()
+    backend = make_backend(mode)
+    opt = torch.compile(model, backend=backend)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        model.scale.mul_(3.0)
+        _OFFSET.add_(1.0)
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        model.scale = torch.randn(8)
+        _OFFSET = torch.randn(8)
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+    assert sinkgraph.counters(backend)["replayed"] >= 3
