@@ -165,10 +165,33 @@ class CompiledAtenGraph:
         return "\n".join(lines)
 
 
+def _guard_module_hooks():
+    """Note [Hooks added after compilation]
+
+    Dynamo by default does not guard on nn.Module hooks
+    (torch._dynamo.config.skip_nnmodule_hook_guards is True): a forward hook
+    registered, or removed, after a module was compiled is silently ignored,
+    with any backend, Inductor's included (python/tests/test_modules_change.py
+    shows it with backend="eager"). A wrong value without an error is what
+    sinkgraph must never give, so creating a sinkgraph backend turns those
+    guards on for the process: a hook change then recompiles the frame. It
+    costs Dynamo's guard check about 0.25 µs per module per call (4-5 µs for
+    a 17-module model, docs/performance.md "Guards on module hooks"). A user who never changes hooks after
+    compiling can set the flag back to True after creating the backend.
+    Guards are built when a frame compiles, after the backend was created on
+    either path (get_backend() before torch.compile; backend="sinkgraph" at
+    the first compile, before Dynamo builds that frame's guards).
+    """
+    if not getattr(_guard_module_hooks, "done", False):
+        torch._dynamo.config.skip_nnmodule_hook_guards = False
+        _guard_module_hooks.done = True
+
+
 class Backend:
     """What get_backend returns: callable as backend(gm, example_inputs)."""
 
     def __init__(self, config, custom_decompositions=None):
+        _guard_module_hooks()
         self.compiler_config = config
         self.custom_decompositions = dict(custom_decompositions or {})
         self.compiled = []  # every CompiledAtenGraph this backend made

@@ -127,3 +127,73 @@ def test_a_plain_tensor_attribute_and_a_global_tensor_are_read_every_call(mode):
         _OFFSET = torch.randn(8)
         torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
     assert sinkgraph.counters(backend)["replayed"] >= 3
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_an_optimizer_step_between_calls_is_seen(mode):
+    # Training eagerly, serving compiled: SGD writes every parameter in place
+    # between the compiled calls (a momentum buffer too), no re-capture needed.
+    model = _net()
+    serve = _net()
+    serve.load_state_dict(model.state_dict())
+    backend = make_backend(mode)
+    opt = torch.compile(serve, backend=backend)
+    sgd = torch.optim.SGD(serve.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        with torch.no_grad():
+            torch.testing.assert_close(opt(x), serve.eval()(x), rtol=1e-3, atol=1e-4)
+        serve.train()
+        loss = serve(torch.randn(4, 8)).square().mean()
+        sgd.zero_grad()
+        loss.backward()
+        sgd.step()
+        serve.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), serve(x), rtol=1e-3, atol=1e-4)
+        assert not torch.allclose(serve(x), model(x))  # the steps changed the weights
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_forward_hook_added_and_removed_is_seen(mode):
+    # Note [Hooks added after compilation] (backend.py): Dynamo ignores hooks
+    # added after compiling unless told to guard on them; a sinkgraph backend
+    # tells it. (test_torch_compile.py checks backend="sinkgraph" by name.)
+    assert torch._dynamo.config.skip_nnmodule_hook_guards is False
+    model = _net()
+    opt = torch.compile(model, backend=make_backend(mode))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        handle = model[0].register_forward_hook(lambda mod, inp, out: out * 2 + 1)
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        handle.remove()
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_parameter_whose_dtype_changes_is_seen(mode):
+    model = _net()
+    opt = torch.compile(model, backend=make_backend(mode))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        model.to(torch.bfloat16)
+        xb = x.to(torch.bfloat16)
+        torch.testing.assert_close(opt(xb), model(xb), rtol=2e-2, atol=2e-2)
+        model.to(torch.float32)
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_buffer_reassigned_and_written_is_seen(mode):
+    model = _net()
+    opt = torch.compile(model, backend=make_backend(mode))
+    x = torch.randn(3, 8)
+    bn = model[1]
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        bn.running_mean.add_(0.5)  # in place
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+        bn.running_var = torch.rand(8) + 0.5  # a new tensor
+        torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
