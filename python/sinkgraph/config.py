@@ -24,6 +24,20 @@ _PYTHON_OPTIONS = {
 }
 
 
+# Note [Captures from Python threads]
+# The C++ default capture_error_mode is "global", TorchAir's (and CUDA's): while
+# any thread captures, an allocation or host read outside the capture on any
+# other thread is an error. Under torch.compile every capture is the backend's
+# own (a first call, a new shape), made while the module's other callers keep
+# running their replays on other threads: a server warming a new batch size
+# made another thread's replay fail with that error (four threads calling a
+# freshly compiled module at once, python/tests/test_threads.py). No user code
+# runs inside these captures, so "global" guards nothing here; the front end
+# captures with "thread_local" instead, as torch's own CUDA graph trees do
+# (Inductor's reduce-overhead). Setting "global" (or "relaxed") still applies.
+_FRONT_END_DEFAULTS = {"capture_error_mode": "thread_local"}
+
+
 class CompilerConfig:
     """Every sinkgraph compiler option (docs/compiler.md) as an attribute.
 
@@ -36,6 +50,7 @@ class CompilerConfig:
         # C++-only options that take objects, not values.
         defaults.pop("use_graph_pool", None)
         defaults.update(_PYTHON_OPTIONS)
+        defaults.update(_FRONT_END_DEFAULTS)
         object.__setattr__(self, "_values", defaults)
         for name, value in options.items():
             setattr(self, name, value)
