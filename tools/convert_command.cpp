@@ -1,10 +1,13 @@
 // `sinkgraph convert`: rewrites a checkpoint in another format (docs/model.md,
 // "sinkgraph convert"), e.g. a llama2.c file as a Hugging Face folder.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
+#include "output_guard.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/llama.h"
 
@@ -72,6 +75,17 @@ void add_convert_command(CLI::App& app, int& status) {
       const auto found = models::checkpoint_format(o->input);
       SG_CHECK(found == from, "convert: ", o->input, " is a ", format_name(found),
                " checkpoint, not ", o->from, " (--from ", format_name(found), ")");
+    }
+    // Note [Outputs never overwrite inputs] (output_guard.h). An hf output is
+    // a folder of files with fixed names: it must not be the input's folder
+    // either, nor the folder an input file lies in.
+    const auto inputs = files_read_from(o->input);
+    check_output_is_no_input(o->output, "convert: output", inputs);
+    if (to == models::CheckpointFormat::hf) {
+      std::vector<std::filesystem::path> folders;
+      for (const auto& f : inputs)
+        folders.push_back(f.parent_path().empty() ? "." : f.parent_path());
+      check_output_is_no_input(o->output, "convert: output", folders, "the folder of an input");
     }
     models::LlamaModel model = from == models::CheckpointFormat::llama2c
                                    ? models::load_llama2c(o->input)

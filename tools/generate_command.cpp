@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "commands.h"
 #include "default_model.h"
 #include "generate.h"
+#include "output_guard.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/dist.h"
 #include "sinkgraph/error.h"
@@ -251,7 +253,18 @@ int run(const CliOptions& o) {
   g.stop_id = o.stop_id;
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
-  // Output files are rank 0's (Note [Tensor-parallel generate]).
+  // Output files are rank 0's (Note [Tensor-parallel generate]), and never
+  // an input (Note [Outputs never overwrite inputs]).
+  {
+    auto inputs = files_read_from(o.model.empty() ? default_model_path() : o.model);
+    check_output_is_no_input(o.dump_logits, "--dump-logits", inputs);
+    check_output_is_no_input(o.trace, "--trace", inputs);
+    std::error_code ec;
+    SG_CHECK(o.dump_logits.empty() || o.trace.empty() ||
+                 std::filesystem::weakly_canonical(o.dump_logits, ec) !=
+                     std::filesystem::weakly_canonical(o.trace, ec),
+             "--dump-logits and --trace name the same file ", o.dump_logits);
+  }
   const auto logits_file = output_file(parallel.primary ? o.dump_logits : "", "--dump-logits");
   const auto trace_file = output_file(parallel.primary ? o.trace : "", "--trace");
 

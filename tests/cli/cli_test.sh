@@ -276,6 +276,30 @@ check dump-too-large 2 -- bash -c "trap '' XFSZ; ulimit -f 1; exec '$bin' genera
 expect dump-too-large-said grep -q "File too large" "$tmp/err"
 expect dump-too-large-nothing test ! -e "$tmp/h/l.bin"
 expect dump-too-large-no-temp nothing_left "$tmp/h"
+# Outputs never overwrite inputs (Note [Outputs never overwrite inputs]): the
+# model file, a folder's config or weights, by path, symbolic or hard link;
+# convert into its own input or its folder. Each refused before any work,
+# the input byte for byte unchanged.
+mkdir -p "$tmp/ow"
+"$bin" make-model --dim 32 --layers 2 --heads 4 --kv-heads 2 --hidden 64 --vocab 50 --seq-len 16 \
+  --seed 4 --format safetensors --out "$tmp/ow/m" >/dev/null 2>&1
+cp -r "$tmp/ow/m" "$tmp/ow/keep"
+cp "$tmp/m.bin" "$tmp/ow/m.bin.keep"
+ln "$tmp/ow/m/model.safetensors" "$tmp/ow/hard"
+ln -s "$tmp/ow/m/config.json" "$tmp/ow/soft"
+check dump-over-model-file 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --dump-logits "$tmp/m.bin"
+expect dump-over-model-file-said grep -q "^error: --dump-logits: .* is an input of this command" "$tmp/err"
+expect dump-over-model-file-intact cmp -s "$tmp/m.bin" "$tmp/ow/m.bin.keep"
+check dump-over-weights 2 -- "$bin" generate --model "$tmp/ow/m" --steps 2 --dump-logits "$tmp/ow/m/model.safetensors"
+check dump-over-hard-link 2 -- "$bin" generate --model "$tmp/ow/m" --steps 2 --dump-logits "$tmp/ow/hard"
+check trace-over-symlinked-config 2 -- "$bin" generate --model "$tmp/ow/m" --steps 2 --trace "$tmp/ow/soft"
+check dump-and-trace-one-file 2 -- "$bin" generate --model "$tmp/ow/m" --steps 2 --dump-logits "$tmp/ow/x" --trace "$tmp/ow/x"
+check convert-onto-itself 2 -- "$bin" convert --from safetensors --to safetensors "$tmp/ow/m" "$tmp/ow/m/model.safetensors"
+check convert-into-its-folder 2 -- "$bin" convert --from llama2c --to hf "$tmp/m.bin" "$tmp"
+expect convert-into-its-folder-said grep -q "is the folder of an input" "$tmp/err"
+expect overwrite-inputs-intact diff -r "$tmp/ow/m" "$tmp/ow/keep"
+expect overwrite-model-intact cmp -s "$tmp/m.bin" "$tmp/ow/m.bin.keep"
+check dump-beside-model 0 -- "$bin" generate --model "$tmp/ow/m" --steps 2 --dump-logits "$tmp/ow/m/logits.f32"
 "$bin" generate --model builtin --steps 255 --mode eager --dump-logits "$tmp/h/int.bin" --trace "$tmp/h/int.json" \
   >/dev/null 2>&1 &
 sleep 0.3
