@@ -83,6 +83,7 @@ void add_convert_command(CLI::App& app, int& status) {
     check_output_is_no_input(o->output, "convert: output", inputs);
     if (to == models::CheckpointFormat::hf) {
       std::vector<std::filesystem::path> folders;
+      folders.reserve(inputs.size());
       for (const auto& f : inputs)
         folders.push_back(f.parent_path().empty() ? "." : f.parent_path());
       check_output_is_no_input(o->output, "convert: output", folders, "the folder of an input");
