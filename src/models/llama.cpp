@@ -37,6 +37,15 @@ void LlamaConfig::validate(const std::string& source) const {
            norm_eps, " must be in [0, 1)");
   SG_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source, ": rope_theta ", rope_theta,
            " must be > 0");
+  // The kernels compute in f32: each value is checked in the type it is used
+  // in. A theta that rounds to 0 (or to a subnormal, whose inverse powers
+  // overflow) would make every rotation angle inf or NaN, and so every logit
+  // NaN; an eps that rounds to 0 is no longer the eps the config asked for.
+  SG_CHECK(std::isnormal(static_cast<float>(rope_theta)), source, ": rope_theta ", rope_theta,
+           " is out of f32's normal range (the kernels compute in f32, where it is ",
+           static_cast<float>(rope_theta), ")");
+  SG_CHECK(norm_eps == 0 || static_cast<float>(norm_eps) != 0.0F, source, ": norm_eps ", norm_eps,
+           " rounds to 0 in f32 (the kernels compute in f32)");
 }
 
 std::string LlamaConfig::str() const {

@@ -589,6 +589,13 @@ TEST(models_checkpoint, SafetensorsBadConfigValuesAreErrors) {
   expect_bad([](json& c) { c["rope_style"] = "sideways"; }, {"rope_style"});
   expect_bad([](json& c) { c["norm_eps"] = "small"; }, {"norm_eps"});
   expect_bad([](json& c) { c["rope_theta"] = -1.0; }, {"rope_theta"});
+  // Values checked in the type the kernels use (f32): positive in double,
+  // 0 or subnormal in f32, which made every logit NaN.
+  expect_bad([](json& c) { c["rope_theta"] = 1e-46; }, {"rope_theta", "f32"});
+  expect_bad([](json& c) { c["rope_theta"] = 1e-300; }, {"rope_theta", "f32"});
+  expect_bad([](json& c) { c["rope_theta"] = 1e-39; }, {"rope_theta", "f32"});
+  expect_bad([](json& c) { c["rope_theta"] = 1e39; }, {"rope_theta", "f32"});
+  expect_bad([](json& c) { c["norm_eps"] = 1e-50; }, {"norm_eps", "rounds to 0"});
   expect_bad([](json& c) { c = json::array(); }, {"object"});
   // A config that disagrees with the tensors: the first misshapen tensor is named.
   expect_bad([](json& c) { c["hidden_dim"] = 32; }, {"cfg.safetensors", "feed_forward.w", "needs"});
