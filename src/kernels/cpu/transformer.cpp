@@ -367,19 +367,19 @@ constexpr std::int64_t kQueryBlock = 4;
 // Past kMaxRowKernelQueries query rows and keys, attention is two matrix
 // products per (batch, head) with a softmax between them, and oneDNN's
 // products (Note [Matrix products through oneDNN]) run them faster than the
-// row walk above: 4 heads of 64 on one thread measured 1.5-2.0x at 64
-// tokens and 2.1-3.1x at 128 to 256 (docs/performance.md, "Long attention
-// through products"). So where the build has oneDNN and the operands are
-// f32 with unit-stride rows, each (batch, head) runs: scores[L, S] = q_h @ k_h^T read in place (k's rows as
-// a linear's weight), a softmax per row over the scaled scores (plus the
-// mask, minus the keys a causal query does not see; a row whose every key
-// is masked gets zero weights, so zeros, as torch's CPU kernel gives), then
-// out_h = p @ v_h (v read in place as a row-major b) into a dense buffer
-// copied to the head's columns. Several heads split across the compute
-// threads, each running its products on its own thread; one head runs its
-// products on all of them. The products are cut by shape alone either way,
-// so the result does not depend on the thread count; it differs from the row
-// walk by rounding (the products sum in oneDNN's order). Up to
+// row walk above: 4 heads of 64 on one thread measured 1.5-2.0x at 64 tokens
+// and 2.1-3.1x at 128 to 256 (docs/performance.md, "Long attention through
+// products"). So where the build has oneDNN and the operands are f32 with
+// unit-stride rows, each (batch, head) runs: scores[L, S] = q_h @ k_h^T read
+// in place (k's rows as a linear's weight), a softmax per row over the scaled
+// scores (plus the mask, minus the keys a causal query does not see; a row
+// whose every key is masked gets zero weights, so zeros, as torch's CPU
+// kernel gives), then out_h = p @ v_h (v read in place as a row-major b) into
+// a dense buffer copied to the head's columns. Several heads split across the
+// compute threads, each running its products on its own thread; one head runs
+// its products on all of them. The products are cut by shape alone either
+// way, so the result does not depend on the thread count; it differs from the
+// row walk by rounding (the products sum in oneDNN's order). Up to
 // kMaxRowKernelQueries query rows (decoding, short sequences) the row walk
 // stays, and so do f16/bf16 and strided operands.
 constexpr std::int64_t kMaxRowKernelQueries = 32;
