@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <memory>
+#include <new>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,25 +16,48 @@
 
 namespace sinkgraph::models::detail {
 
-MappedFile::MappedFile(const std::string& path) {
+FileBytes::FileBytes(const std::string& path) {
   // Note [Reading untrusted paths] in sinkgraph/files.h: never blocks on a FIFO.
   std::uint64_t size = 0;
   const int fd = sinkgraph::open_regular_file(path, size, "checkpoint");
+  struct stat before {};
+  (void)::fstat(fd, &before);
   size_ = static_cast<std::size_t>(size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      SG_CHECK(false, path, ": cannot map ", size_, " bytes: ", std::strerror(err));
-    }
-    data_ = static_cast<const std::uint8_t*>(p);
+  try {
+    SG_CHECK(size == size_, path, ": ", size, " bytes do not fit in this process's memory");
+    data_ = std::make_unique_for_overwrite<std::uint8_t[]>(size_);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    SG_CHECK(false, path, ": cannot hold its ", size, " bytes in memory");
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
+  // Note [Checkpoints are read, not mapped] (checkpoint_common.h).
+  constexpr std::size_t kChunk = std::size_t{64} << 20;
+  std::size_t got = 0;
+  int err = 0;
+  while (got < size_) {
+    const ssize_t n =
+        ::pread(fd, data_.get() + got, std::min(kChunk, size_ - got), static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : 0;
+      break;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  struct stat after {};
+  const bool stat_ok = ::fstat(fd, &after) == 0;
   ::close(fd);
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+  SG_CHECK(err == 0, path, ": reading the checkpoint failed at byte ", got, ": ",
+           std::strerror(err));
+  SG_CHECK(got == size_, path, ": changed while loading (it had ", size_,
+           " bytes; reading ended at byte ", got, ")");
+  SG_CHECK(stat_ok && after.st_size == before.st_size &&
+               after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+               after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+           path, ": changed while loading (its size or modification time differs after the read)");
 }
 
 std::span<const std::uint8_t> checked_range(std::span<const std::uint8_t> bytes,

@@ -1,9 +1,10 @@
 #pragma once
 // Shared pieces of the checkpoint readers and writers (docs/model.md): a
-// read-only memory-mapped file, bounds-checked byte ranges, f32/f16/bf16
+// file read whole into memory, bounds-checked byte ranges, f32/f16/bf16
 // decoding into tensors, and a checked file writer.
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,17 +21,26 @@ namespace sinkgraph::models::detail {
 static_assert(std::endian::native == std::endian::little,
               "checkpoints are little-endian; a big-endian host needs byte swapping");
 
-// A whole file mapped read-only (mmap, PROT_READ). An empty file is an empty span.
-class MappedFile {
+// Note [Checkpoints are read, not mapped]
+// A checkpoint is read whole into memory of our own (read(2) in chunks), not
+// memory-mapped: a mapped file truncated or rewritten while it loads (a
+// `cp new old`, a re-export) turned every access past its new end into
+// SIGBUS, exit 135. Read, a file that shrinks is a short read, and a file
+// whose size or modification time differs after the read than before it is
+// one that changed while we read it: both are one error naming the file,
+// "changed while loading", exit 2. Once read, the bytes are ours, and the
+// model's tensors are decoded from them, so nothing done to the file later
+// reaches a running job. The cost: the file's bytes are held in memory next
+// to the decoded tensors until the load returns (a mapping shared the page
+// cache instead), and each rank of a tensor-parallel job reads every byte,
+// not only its slices (docs/robustness.md, "Reading").
+class FileBytes {
  public:
-  explicit MappedFile(const std::string& path);  // throws sinkgraph::Error naming `path`
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  [[nodiscard]] std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+  explicit FileBytes(const std::string& path);  // throws sinkgraph::Error naming `path`
+  [[nodiscard]] std::span<const std::uint8_t> bytes() const { return {data_.get(), size_}; }
 
  private:
-  const std::uint8_t* data_ = nullptr;
+  std::unique_ptr<std::uint8_t[]> data_;
   std::size_t size_ = 0;
 };
 

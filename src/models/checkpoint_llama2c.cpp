@@ -170,7 +170,7 @@ LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string&
 }
 
 LlamaModel load_llama2c(const std::string& path, const TensorParallel& tp) {
-  const detail::MappedFile file(path);
+  const detail::FileBytes file(path);
   return parse_llama2c(file.bytes(), path, tp);
 }
 

@@ -122,15 +122,15 @@ LlamaModel load_sharded(const std::string& index_path, const std::string& config
            config_path, " has no \"model_type\")");
   const std::string index = sinkgraph::read_text_file(index_path, kMaxIndexBytes, "index");
   const fs::path folder = fs::path(index_path).parent_path();
-  std::vector<std::unique_ptr<detail::MappedFile>> mapped;
+  std::vector<std::unique_ptr<detail::FileBytes>> shards;
   const detail::ShardOpener open = [&](const std::string& file, const std::string& tensor) {
     const std::string path = (folder / file).string();
     try {
-      mapped.push_back(std::make_unique<detail::MappedFile>(path));
+      shards.push_back(std::make_unique<detail::FileBytes>(path));
     } catch (const Error& e) {
       SG_CHECK(false, index_path, ": shard ", file, " (holding tensor ", tensor, "): ", e.what());
     }
-    return detail::ShardBytes{path, mapped.back()->bytes()};
+    return detail::ShardBytes{path, shards.back()->bytes()};
   };
   return detail::parse_hf_sharded(parsed.config, index, index_path, open, tp);
 }
@@ -144,7 +144,7 @@ LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes, const std::str
 
 LlamaModel load_safetensors(const std::string& path, const std::string& config_path,
                             const TensorParallel& tp) {
-  const detail::MappedFile file(path);  // the checkpoint's own problems first
+  const detail::FileBytes file(path);  // the checkpoint's own problems first
   return parse_with_config(file.bytes(), parse_config(read_config_file(config_path), config_path),
                            path, tp);
 }
