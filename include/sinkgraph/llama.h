@@ -163,8 +163,8 @@ SG_API LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed);
 // shard_model would cut from the whole model) without ever decoding the
 // whole: the files are read and only the shard's rows and columns are
 // decoded, so weight_bytes() is the shard's (the files' bytes are held
-// until the load returns: Note [Checkpoints are read, not mapped]). A split that tp.size does not
-// divide is an error before anything is decoded.
+// until the load returns: Note [Checkpoints are read, not mapped]). A split
+// that tp.size does not divide is an error before anything is decoded.
 SG_API LlamaModel load_model(const std::string& path, const TensorParallel& tp = {});
 SG_API LlamaModel load_llama2c(const std::string& path, const TensorParallel& tp = {});
 // `path`: one .safetensors file of either layout (config_path says which).

@@ -176,8 +176,9 @@ def _guard_module_hooks():
     sinkgraph must never give, so creating a sinkgraph backend turns those
     guards on for the process: a hook change then recompiles the frame. It
     costs Dynamo's guard check about 0.25 µs per module per call (4-5 µs for
-    a 17-module model, docs/performance.md "Guards on module hooks"). A user who never changes hooks after
-    compiling can set the flag back to True after creating the backend.
+    a 17-module model, docs/performance.md "Guards on module hooks"). A user
+    who never changes hooks after compiling can set the flag back to True
+    after creating the backend.
     Guards are built when a frame compiles, after the backend was created on
     either path (get_backend() before torch.compile; backend="sinkgraph" at
     the first compile, before Dynamo builds that frame's guards).

@@ -32,8 +32,8 @@ separate softmax was 1-9% faster than the one-kernel sdpa at 64 to 256 rows,
 about even once sdpa took query rows in blocks, and even again since sdpa
 runs the same two products past 32 rows (Note [Long attention through
 products]): no gain to pay for, and max-autotune must not be slower than
-the graph as written. A dynamic L
-(no bound known at compile time) is left as written too.
+the graph as written. A dynamic L (no bound known at compile time) is left
+as written too.
 
 What is left alone: any intermediate read by another node (the weights
 returned as well, as with need_weights), a softmax over another dim or to

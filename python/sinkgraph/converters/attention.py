@@ -6,8 +6,8 @@ import operator
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, known_equal,
-                       linear_product, matmul2d, node_value, optional_overload, register, sg_op, transpose,
-                       view, _is_tensor, _wrap_dim)
+                       linear_product, matmul2d, node_value, optional_overload, register, sg_op,
+                       transpose, view, _is_tensor, _wrap_dim)
 
 
 # ---- PyTorch's fused transformer fast paths -----------------------------------------------

@@ -5,8 +5,7 @@ import math
 import torch
 
 from .registry import (Copies, Unsupported, aten, binary, contiguous, full, linear_product,
-                       matmul2d,
-                       optional_overload, register, sg_op, transpose, unsqueeze, view,
+                       matmul2d, optional_overload, register, sg_op, transpose, unsqueeze, view,
                        _is_tensor, _wrap_dim)
 
 
