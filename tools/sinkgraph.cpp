@@ -59,8 +59,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) {  // --help or --version: printed to stdout, checked below
+      (void)app.exit(e);
+      if (!stdout_ok()) {
+        std::fprintf(stderr, "error: cannot write to standard output: %s\n", std::strerror(errno));
+        return 2;
+      }
+      return 0;
+    }
+    // One line, as every other error (CLI11's own adds a second, "Run with --help").
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 2;
   } catch (const sinkgraph::tools::SameOnEveryRank& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

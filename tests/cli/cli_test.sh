@@ -359,6 +359,19 @@ expect kv-cache-bytes python3 -c "import json,sys; s=json.loads(open('$tmp/out')
 check version 0 -- "$bin" --version
 expect version-line grep -qxE 'sinkgraph [0-9]+\.[0-9]+\.[0-9]+' "$tmp/out"
 expect version-one-line test "$(wc -l <"$tmp/out")" = 1
+# --version and --help into a full device: exit 2, not a silent 0.
+check version-to-full 2 -- bash -c "exec '$bin' --version >/dev/full"
+check help-to-full 2 -- bash -c "exec '$bin' generate --help >/dev/full"
+expect help-to-full-said grep -q "^error: cannot write to standard output" "$tmp/err"
+# The option parser's errors: one line starting "error:", naming the flag and value.
+for args in "generate --steps abc" "generate --bogus" "generate --steps" "frobnicate" ""; do
+  # shellcheck disable=SC2086
+  check "parse-error[$args]" 2 -- "$bin" $args
+  expect "parse-error-one-line[$args]" test "$(wc -l <"$tmp/err")" = 1
+  expect "parse-error-prefix[$args]" grep -q "^error: " "$tmp/err"
+done
+check parse-error-names-value 2 -- "$bin" generate --steps abc
+expect parse-error-names-value-said grep -q -- "--steps = abc" "$tmp/err"
 
 # The default model is the shipped stories260K: every mode reproduces its
 # reference ids (models/stories260K/bos_greedy_200.txt, from llama2.c).
