@@ -24,3 +24,12 @@ def make_backend(mode, **options):
     for k, v in options.items():
         setattr(config, k, v)
     return sinkgraph.get_backend(compiler_config=config)
+
+
+def rss_kib():
+    """The process's resident memory (VmRSS), in KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")

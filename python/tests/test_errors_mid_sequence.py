@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sinkgraph
-from conftest import make_backend
+from conftest import make_backend, rss_kib
 
 RTOL, ATOL = 1e-3, 1e-4
 MODES = ["reduce-overhead", "max-autotune"]
@@ -20,14 +20,6 @@ MODES = ["reduce-overhead", "max-autotune"]
 
 def _os_threads():
     return len(os.listdir("/proc/self/task"))
-
-
-def _rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class _Solve(torch.nn.Module):
@@ -166,9 +158,9 @@ def test_failing_calls_leak_no_memory(mode):
                 opt(x, good)
 
         burst(200)  # warm: caches, allocator pools
-        before = _rss_kib()
+        before = rss_kib()
         burst(2000)
-        grown = _rss_kib() - before
+        grown = rss_kib() - before
     # A leak of even one 64-byte allocation per failing call would be 125 KiB;
     # allow the allocator's own noise.
     assert grown < 2048, f"resident memory grew {grown} KiB over 2000 failing calls"

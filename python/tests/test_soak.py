@@ -5,15 +5,7 @@ import pytest
 import torch
 
 import sinkgraph
-from conftest import make_backend
-
-
-def _rss_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from conftest import make_backend, rss_kib
 
 
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
@@ -27,10 +19,10 @@ def test_many_replays_keep_memory_flat(mode):
         for _ in range(2000):  # warm: allocator pools, caches
             for x in xs[:1]:
                 opt(x)
-        before = _rss_kib()
+        before = rss_kib()
         for i in range(50_000):
             opt(xs[i % 8])
-        grown = _rss_kib() - before
+        grown = rss_kib() - before
         for x in xs:
             torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
     # One leaked 64-byte block per call would be 3 MiB.

@@ -649,12 +649,23 @@ TEST(ops_nn, sdpa_errors_name_the_operator_and_shapes) {
 }
 
 // The heads-first form, as torch lays attention out: q[B, H, L, D] and k, v
+// k or v [rows, Hkv, D] with every kv head repeated for its query heads:
+// [rows, H * D], the embedding form the attention reference reads.
+std::vector<float> repeat_kv_heads(const std::vector<float>& t, std::int64_t rows,
+                                   std::int64_t heads, std::int64_t kv_heads, std::int64_t d) {
+  std::vector<float> out(static_cast<std::size_t>(rows * heads * d));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t c = 0; c < d; ++c)
+        out[(r * heads + h) * d + c] = t[(r * kv_heads + h / (heads / kv_heads)) * d + c];
+  return out;
+}
+
 // [B, Hkv, S, D] read through their strides (permuted views of [B, rows, H,
 // D] data, and contiguous copies), grouped kv heads included. The reference
 // is the embedding form's, with each kv head repeated for its query heads.
 TEST(ops_nn, sdpa_heads_first_form_reads_torchs_layout_in_place_with_grouped_heads) {
   const std::int64_t b = 2, l = 4, s = 6, heads = 4, kv_heads = 2, d = 8, e = heads * d;
-  const std::int64_t group = heads / kv_heads;
   const float inf = std::numeric_limits<float>::infinity();
   std::mt19937 rng(38);
   const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);             // [B, L, H, D]
@@ -662,14 +673,8 @@ TEST(ops_nn, sdpa_heads_first_form_reads_torchs_layout_in_place_with_grouped_hea
   const auto v = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);
   auto m = sgtest::random_floats(rng, b * l * s, -2, 2);  // [B, 1, L, S]
   for (std::int64_t j = 0; j < 2; ++j) m[(1 * l + 1) * s + j] = -inf;
-  // k and v with every kv head repeated for its query heads: [B, S, H * D].
   const auto repeat = [&](const std::vector<float>& t) {
-    std::vector<float> out(static_cast<std::size_t>(b * s * e));
-    for (std::int64_t r = 0; r < b * s; ++r)
-      for (std::int64_t h = 0; h < heads; ++h)
-        for (std::int64_t c = 0; c < d; ++c)
-          out[(r * heads + h) * d + c] = t[(r * kv_heads + h / group) * d + c];
-    return out;
+    return repeat_kv_heads(t, b * s, heads, kv_heads, d);
   };
   const auto kr = repeat(k), vr = repeat(v);
   const auto none = [](std::int64_t, std::int64_t, std::int64_t, std::int64_t) { return 0.0F; };
@@ -808,18 +813,12 @@ TEST_P(LongAttention, matches_the_reference_plain_masked_and_causal) {
 
 TEST_P(LongAttention, heads_first_with_grouped_kv_heads) {
   const std::int64_t b = 1, l = 36, s = 41, heads = 4, kv_heads = 2, d = 16, e = heads * d;
-  const std::int64_t group = heads / kv_heads;
   std::mt19937 rng(95);
   const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);             // [B, L, H, D]
   const auto k = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);  // [B, S, Hkv, D]
   const auto v = sgtest::random_floats(rng, b * s * kv_heads * d, -1, 1);
   const auto repeat = [&](const std::vector<float>& t) {
-    std::vector<float> out(static_cast<std::size_t>(b * s * e));
-    for (std::int64_t r = 0; r < b * s; ++r)
-      for (std::int64_t h = 0; h < heads; ++h)
-        for (std::int64_t c = 0; c < d; ++c)
-          out[(r * heads + h) * d + c] = t[(r * kv_heads + h / group) * d + c];
-    return out;
+    return repeat_kv_heads(t, b * s, heads, kv_heads, d);
   };
   const auto first = [&](const std::vector<float>& t, std::int64_t rows, std::int64_t h) {
     return ops::permute(make(t, {b, rows, h, d}), {0, 2, 1, 3});  // a view: strided heads

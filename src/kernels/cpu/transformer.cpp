@@ -384,39 +384,73 @@ constexpr std::int64_t kQueryBlock = 4;
 // stays, and so do f16/bf16 and strided operands.
 constexpr std::int64_t kMaxRowKernelQueries = 32;
 
-// Returns false where the products path does not apply (Note [Long
-// attention through products]); sdpa_rows then writes the whole output.
-bool sdpa_products(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
+// One sdpa call's operands and sizes, read once from its argument block.
+// `mask` null for none, else mask[B|1, H|1, L|1, S] (mask_strides 0 along a
+// broadcast, size-1, dim).
+struct SdpaProblem {
+  const TensorArg& q_arg;
+  const TensorArg& k_arg;
+  const TensorArg& v_arg;
+  const TensorArg& o;
+  const TensorArg* mask;
+  std::int64_t heads, batch, len, d, src;
+  std::int64_t group;  // query heads per kv head (grouped-query attention, heads-first only)
+  float scale;
+  HeadsView q, k, v;
+  std::int64_t mask_strides[4];
+};
+
+SdpaProblem sdpa_problem(const ArgBlock& args, const TensorArg* mask) {
   const TensorArg& q_arg = args.tensors[0];
   const TensorArg& k_arg = args.tensors[1];
-  const TensorArg& v_arg = args.tensors[2];
-  const TensorArg& o = args.tensors[mask != nullptr ? 4 : 3];
-  if (!onednn::enabled() || q_arg.dtype != DType::f32 || k_arg.dtype != DType::f32 ||
-      v_arg.dtype != DType::f32 || o.dtype != DType::f32 ||
+  const std::int64_t heads = args.scalars[0].i;
+  const bool heads_first = q_arg.ndim == 4;
+  const std::int64_t d = heads_first ? q_arg.sizes[3] : q_arg.sizes[2] / heads;
+  SdpaProblem p{q_arg,
+                k_arg,
+                args.tensors[2],
+                args.tensors[mask != nullptr ? 4 : 3],
+                mask,
+                heads,
+                q_arg.sizes[0],
+                heads_first ? q_arg.sizes[2] : q_arg.sizes[1],
+                d,
+                heads_first ? k_arg.sizes[2] : k_arg.sizes[1],
+                heads_first ? heads / k_arg.sizes[1] : 1,
+                static_cast<float>(args.scalars[1].f),
+                heads_view(q_arg, d),
+                heads_view(k_arg, d),
+                heads_view(args.tensors[2], d),
+                {}};
+  if (mask != nullptr) {
+    for (int i = 0; i < 4; ++i) p.mask_strides[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
+  }
+  return p;
+}
+
+// Returns false where the products path does not apply (Note [Long
+// attention through products]); sdpa_rows then writes the whole output.
+bool sdpa_products(const SdpaProblem& p, KernelContext& ctx, bool causal) {
+  const TensorArg* mask = p.mask;
+  if (!onednn::enabled() || p.q_arg.dtype != DType::f32 || p.k_arg.dtype != DType::f32 ||
+      p.v_arg.dtype != DType::f32 || p.o.dtype != DType::f32 ||
       (mask != nullptr && mask->dtype != DType::f32))
     return false;
-  const std::int64_t heads = args.scalars[0].i;
-  const auto scale = static_cast<float>(args.scalars[1].f);
-  const bool heads_first = q_arg.ndim == 4;
-  const std::int64_t batch = q_arg.sizes[0];
-  const std::int64_t len = heads_first ? q_arg.sizes[2] : q_arg.sizes[1];
-  const std::int64_t d = heads_first ? q_arg.sizes[3] : q_arg.sizes[2] / heads;
-  const std::int64_t src = heads_first ? k_arg.sizes[2] : k_arg.sizes[1];
+  const std::int64_t heads = p.heads, batch = p.batch, len = p.len, d = p.d, src = p.src;
+  const std::int64_t group = p.group;
+  const float scale = p.scale;
   if (len <= kMaxRowKernelQueries || src <= kMaxRowKernelQueries || d < 1) return false;
-  const std::int64_t group = heads_first ? heads / k_arg.sizes[1] : 1;
-  const HeadsView q = heads_view(q_arg, d);
-  const HeadsView k = heads_view(k_arg, d);
-  const HeadsView v = heads_view(v_arg, d);
+  const HeadsView& q = p.q;
+  const HeadsView& k = p.k;
+  const HeadsView& v = p.v;
+  const TensorArg& o = p.o;
   if (q.channel != 1 || k.channel != 1 || v.channel != 1) return false;
-  const float* pq = q_arg.ptr<float>();
-  const float* pk = k_arg.ptr<float>();
-  const float* pv = v_arg.ptr<float>();
+  const float* pq = p.q_arg.ptr<float>();
+  const float* pk = p.k_arg.ptr<float>();
+  const float* pv = p.v_arg.ptr<float>();
   auto* po = o.ptr<float>();
   const float* pm = mask != nullptr ? mask->ptr<float>() : nullptr;
-  std::int64_t ms[4] = {};
-  if (mask != nullptr) {
-    for (int i = 0; i < 4; ++i) ms[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
-  }
+  const std::int64_t* ms = p.mask_strides;
   // One (batch, head) after another, each product on every compute thread
   // (one head), or the heads split across the compute threads, each running
   // its products on its own thread: the same blocks either way, so the same
@@ -496,34 +530,26 @@ bool sdpa_products(const ArgBlock& args, KernelContext& ctx, const TensorArg* ma
 // after the query's own index are left out, as torch's is_causal mask
 // (tril aligned to the top left) leaves them.
 void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, bool causal) {
-  if (sdpa_products(args, ctx, mask, causal)) return;
-  const TensorArg& q_arg = args.tensors[0];
-  const TensorArg& k_arg = args.tensors[1];
-  const TensorArg& v_arg = args.tensors[2];
-  const TensorArg& o = args.tensors[mask != nullptr ? 4 : 3];
-  const std::int64_t heads = args.scalars[0].i;
-  const auto scale = static_cast<float>(args.scalars[1].f);
-  const bool heads_first = q_arg.ndim == 4;
-  const std::int64_t batch = q_arg.sizes[0];
-  const std::int64_t len = heads_first ? q_arg.sizes[2] : q_arg.sizes[1];
-  const std::int64_t d = heads_first ? q_arg.sizes[3] : q_arg.sizes[2] / heads;
-  const std::int64_t src = heads_first ? k_arg.sizes[2] : k_arg.sizes[1];
-  // Query heads per kv head (grouped-query attention, heads-first form only).
-  const std::int64_t group = heads_first ? heads / k_arg.sizes[1] : 1;
-  const HeadsView q = heads_view(q_arg, d);
-  const HeadsView k = heads_view(k_arg, d);
-  const HeadsView v = heads_view(v_arg, d);
+  const SdpaProblem prob = sdpa_problem(args, mask);
+  if (sdpa_products(prob, ctx, causal)) return;
+  const TensorArg& q_arg = prob.q_arg;
+  const TensorArg& k_arg = prob.k_arg;
+  const TensorArg& v_arg = prob.v_arg;
+  const TensorArg& o = prob.o;
+  const std::int64_t heads = prob.heads, batch = prob.batch, len = prob.len, d = prob.d,
+                     src = prob.src;
+  const std::int64_t group = prob.group;
+  const float scale = prob.scale;
+  const HeadsView& q = prob.q;
+  const HeadsView& k = prob.k;
+  const HeadsView& v = prob.v;
+  const std::int64_t* ms = prob.mask_strides;
   dispatch_float(q_arg.dtype, [&]<typename T>() {
     const T* pq = static_cast<const T*>(q_arg.data) + q_arg.offset;
     const T* pk = static_cast<const T*>(k_arg.data) + k_arg.offset;
     const T* pv = static_cast<const T*>(v_arg.data) + v_arg.offset;
     T* po = static_cast<T*>(o.data) + o.offset;
-    // Mask strides, 0 along a broadcast (size-1) dim.
     const T* pm = mask != nullptr ? static_cast<const T*>(mask->data) + mask->offset : nullptr;
-    std::int64_t ms[4] = {};
-    if (mask != nullptr) {
-      for (int i = 0; i < 4; ++i) ms[i] = mask->sizes[i] == 1 ? 0 : mask->strides[i];
-    }
     const bool rows_f32 = std::is_same_v<T, float> && q.channel == 1 && k.channel == 1;
     // Note [Query rows in blocks]: a task is up to kQueryBlock query rows of
     // one (batch, head), so each k and v row is read once for all of them;
