@@ -155,9 +155,11 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
       const std::vector<Arg> args{Tensor::from_ints(prompt, {n}), SymInt(0), scratch};
       const Tensor logits = prefill ? (*prefill)(args)[0] : prefill_fn(args)[0];
       const Tensor last = n == 1 ? logits : ops::slice(logits, 0, n - 1, n);
+      const Tensor bad = ops::count_nonfinite(last);  // Note [Non-finite logits]
       ops::copy_(ops::narrow(ops::squeeze(ops::narrow(kv, 0, s, 1), 0), 2, 0, n),
                  ops::narrow(scratch, 2, 0, n));
       result.ids[index].push_back(pick(last, index, n - 1));
+      check_finite_logits(bad.to_ints()[0], n - 1, c.vocab_size);
       result.prefill_seconds += seconds_since(t0);
       if (finished(index)) {
         --s;  // the slot is still free
@@ -229,11 +231,14 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
     const auto t0 = std::chrono::steady_clock::now();
     // A bucket past the capture sizes runs eagerly (it would be a new key).
     const Tensor logits = step(bucket);
+    const Tensor bad_rows = ops::count_nonfinite(logits);
     std::vector<std::int64_t> next;
     if (options.temperature <= 0) next = ops::argmax(logits).to_ints();
+    const std::vector<std::int64_t> bad = bad_rows.to_ints();
     for (std::int64_t s = 0; s <= highest; ++s) {
       Live& l = live[static_cast<std::size_t>(s)];
       if (!l.active) continue;
+      check_finite_logits(bad[static_cast<std::size_t>(s)], l.pos, c.vocab_size);
       const std::int64_t id = options.temperature <= 0
                                   ? next[static_cast<std::size_t>(s)]
                                   : pick(ops::slice(logits, 0, s, s + 1), l.prompt, l.pos);

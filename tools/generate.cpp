@@ -32,7 +32,31 @@ Tensor pick(const Tensor& logits, const GenerateOptions& options, std::int64_t p
   return ops::sample(last, options.temperature, static_cast<std::int64_t>(options.seed), position);
 }
 
+// Note [Non-finite logits]
+// A model whose weights or config overflow float (a weight near float's
+// largest value, a rope_theta that rounds badly) gives NaN or infinite
+// logits, and argmax or sample would still pick an id from them: a silent
+// wrong answer. So every step's logits are counted on the stream
+// (ops::count_nonfinite, launched right after the step and before the pick)
+// and the count is read with the step's next host read: the id in the
+// step-by-step loop, the final synchronize when tokens chain on the device.
+// The check adds one small kernel per step and no synchronisation; a
+// non-zero count is an error naming the position whose logits it was.
+void check_finite(const Tensor& counts, std::int64_t first_position, std::int64_t vocab) {
+  const std::vector<std::int64_t> c = counts.to_ints();
+  for (std::size_t r = 0; r < c.size(); ++r) {
+    check_finite_logits(c[r], first_position + static_cast<std::int64_t>(r), vocab);
+  }
+}
+
 }  // namespace
+
+void check_finite_logits(std::int64_t nonfinite, std::int64_t position, std::int64_t vocab) {
+  SG_CHECK(nonfinite == 0, "generate: the logits at position ", position, " are not finite (",
+           nonfinite, " of ", vocab,
+           " values are NaN or infinite): the model's weights or config overflow float, and no id "
+           "is picked from them");
+}
 
 GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& options) {
   const models::LlamaConfig& c = model.config();
@@ -125,9 +149,11 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   std::int64_t span_start = now_ns();
   const Tensor prompt = Tensor::from_ints(options.prompt, {p});
   const Tensor prompt_logits = run(prefill, prompt, 0, kv);
+  const Tensor prompt_bad = ops::count_nonfinite(prompt_logits);
   if (options.keep_logits) result.logits = prompt_logits.to_floats();
   Tensor token = pick(prompt_logits, options, p - 1);
   std::int64_t next = token.to_ints()[0];
+  check_finite(prompt_bad, p - prompt_logits.size(0), c.vocab_size);
   result.prefill_seconds = seconds_since(t0);
   mark("prefill", span_start);
   result.ids.push_back(next);
@@ -143,13 +169,15 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     // right after the step and is the next step's input (a replay copies it
     // into the graph's static buffer). Events between steps time each step on
     // the device.
-    std::vector<Tensor> picked;
+    std::vector<Tensor> picked, bad;
     std::vector<Event> done(static_cast<std::size_t>(std::max<std::int64_t>(options.steps, 1)));
     done[0].record(stream);
     for (std::int64_t step = 1; step < options.steps; ++step) {
       if (step == 2) decode_start = std::chrono::steady_clock::now();
       span_start = now_ns();
-      token = pick(run(decode, token, p + step - 1, kv), options, p + step - 1);
+      const Tensor logits = run(decode, token, p + step - 1, kv);
+      bad.push_back(ops::count_nonfinite(logits));
+      token = pick(logits, options, p + step - 1);
       done[static_cast<std::size_t>(step)].record(stream);
       picked.push_back(token);
       mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
@@ -157,6 +185,9 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     }
     stream.synchronize();
     if (result.timed_decode_steps > 0) result.decode_seconds = seconds_since(decode_start);
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+      check_finite(bad[i], p + static_cast<std::int64_t>(i), c.vocab_size);
+    }
     for (const Tensor& t : picked) result.ids.push_back(t.to_ints()[0]);
     for (std::int64_t step = 1; step < options.steps; ++step) {
       result.step_us.push_back(1e3 * done[static_cast<std::size_t>(step - 1)].elapsed_ms(
@@ -172,11 +203,13 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
                                     ? next
                                     : options.forced_ids[static_cast<std::size_t>(step - 1)];
       const Tensor logits = run(decode, Tensor::from_ints({feed}, {1}), p + step - 1, kv);
+      const Tensor bad = ops::count_nonfinite(logits);
       if (options.keep_logits) {
         const std::vector<float> row = logits.to_floats();
         result.logits.insert(result.logits.end(), row.begin(), row.end());
       }
       next = pick(logits, options, p + step - 1).to_ints()[0];
+      check_finite(bad, p + step - 1, c.vocab_size);
       mark(step == 1 ? "decode 1 (first step)" : "decode " + std::to_string(step), span_start);
       result.ids.push_back(next);
       if (options.on_token) options.on_token(next);

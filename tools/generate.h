@@ -52,6 +52,10 @@ struct ModelFacts {
 };
 ModelFacts model_facts(const models::LlamaModel& model);
 
+// Throws when `nonfinite` (ops::count_nonfinite of the logits computed at
+// `position`) is not 0 (Note [Non-finite logits] in generate.cpp).
+void check_finite_logits(std::int64_t nonfinite, std::int64_t position, std::int64_t vocab);
+
 struct GenerateResult {
   std::vector<std::int64_t> ids;  // generated ids only
   std::vector<float> logits;      // rows of vocab_size, when keep_logits

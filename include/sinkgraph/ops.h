@@ -153,6 +153,11 @@ SG_API Tensor argmax(const Tensor& x);
 // advances, e.g. the position being sampled. temperature must be > 0.
 SG_API Tensor sample(const Tensor& logits, double temperature, std::int64_t seed,
                      const SymInt& offset);
+// How many values of each row (the last dimension) of floating x are NaN or
+// infinite, as i64: a decode loop launches it after each step and reads it
+// with the token, so non-finite logits are an error, not a silent id
+// (Note [Non-finite logits] in tools/generate.cpp).
+SG_API Tensor count_nonfinite(const Tensor& x);
 
 // torch.mean(x, dims, keepdim) over floating x: negative dims count from the
 // end, a repeated dim is an error, an empty list reduces every dim.

@@ -1,6 +1,7 @@
 #include "models/checkpoint_common.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -126,6 +127,28 @@ Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape
   SG_CHECK(bad == n, name, " holds a value that is not finite (", values[bad], ") at index ", bad,
            " of ", n, "; a checkpoint's weights must all be finite numbers");
   return Tensor::from_floats(values, shape, DType::f32);
+}
+
+void check_unused_tensor(std::span<const std::uint8_t> raw, DType dtype, const std::string& name) {
+  SG_ASSERT(is_floating(dtype) && raw.size() % dtype_size(dtype) == 0,
+            "check_unused_tensor: ", raw.size(), " bytes of ", dtype_name(dtype));
+  const std::size_t size = dtype_size(dtype);
+  // The exponent field all ones: infinity or NaN, in each format.
+  const std::uint32_t mask = dtype == DType::f32   ? 0x7f800000U
+                             : dtype == DType::f16 ? 0x7c00U
+                                                   : 0x7f80U;
+  const std::size_t n = raw.size() / size;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, raw.data() + i * size, size);  // little-endian host
+    if ((bits & mask) != mask) continue;
+    const float v = dtype == DType::f32   ? std::bit_cast<float>(bits)
+                    : dtype == DType::f16 ? f16_to_f32(static_cast<std::uint16_t>(bits))
+                                          : bf16_to_f32(static_cast<std::uint16_t>(bits));
+    SG_CHECK(false, name, " holds a value that is not finite (", v, ") at index ", i, " of ", n,
+             "; the model does not use this tensor, but a checkpoint's tensors must all be finite "
+             "numbers");
+  }
 }
 
 Tensor decode_tensor_slice(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,

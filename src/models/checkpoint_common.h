@@ -65,6 +65,13 @@ std::uint64_t read_u64(std::span<const std::uint8_t> bytes, std::uint64_t offset
 Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                      const std::string& name);
 
+// The same check for a tensor the model does not use (llama2.c's freq_cis
+// tables, an old HF checkpoint's rotary inv_freq): nothing is decoded, but a
+// NaN or infinity in it is refused as in a weight. A file holding one is
+// damaged or was written by something broken, and the docs promise that
+// every tensor of a checkpoint is checked.
+void check_unused_tensor(std::span<const std::uint8_t> raw, DType dtype, const std::string& name);
+
 // The part of a weight one tensor-parallel rank holds: `count` rows (dim 0)
 // or columns (dim 1) from `start`; of a bias (1-D), `count` values.
 struct ShardSlice {

@@ -156,8 +156,11 @@ LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string&
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_segment(c, &weights, [&](Segment<Tensor>&& s) {
     const auto raw = detail::checked_range(bytes, s.offset, s.nbytes, name, "tensor " + s.name);
-    if (s.slot == nullptr) return true;
     const std::string what = name + ": tensor " + s.name;
+    if (s.slot == nullptr) {  // the freq_cis tables
+      detail::check_unused_tensor(raw, DType::f32, what);
+      return true;
+    }
     const auto slice = s.member != nullptr         ? detail::shard_slice(c, tp, s.member)
                        : s.slot == &weights.output ? detail::classifier_slice(c, tp)
                                                    : std::nullopt;

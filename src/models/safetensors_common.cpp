@@ -392,10 +392,13 @@ LlamaModel build_model(const LlamaConfig& c, const TensorMap& tensors, const Nam
   weights.layers.resize(static_cast<std::size_t>(c.n_layers));
   Tensor tied_copy;  // a classifier stored although tied to the embedding
   for (const auto& [key, t] : tensors) {
-    if (t.slot.ignored) continue;
     const auto raw = checked_range(t.file->data, t.entry.begin, t.entry.end - t.entry.begin,
                                    t.file->name, "tensor " + key);
     const std::string what = std::string(t.file->name).append(": tensor ").append(key);
+    if (t.slot.ignored) {  // an inv_freq buffer
+      check_unused_tensor(raw, t.entry.dtype, what);
+      continue;
+    }
     const bool classifier = t.slot.layer < 0 && t.slot.field == 2 && !c.shared_classifier;
     const auto slice = t.slot.layer >= 0 ? shard_slice(c, tp, kFields[t.slot.field].member)
                        : classifier      ? classifier_slice(c, tp)

@@ -22,6 +22,7 @@ inline constexpr char kSdpaMask[] = "sdpa_mask";
 inline constexpr char kSdpaCausal[] = "sdpa_causal";
 inline constexpr char kArgmax[] = "argmax";
 inline constexpr char kSample[] = "sample";
+inline constexpr char kCountNonfinite[] = "count_nonfinite";
 
 namespace {
 
@@ -276,6 +277,15 @@ TensorMeta sample_shape(const ShapeArgs& args) {
   return {DType::i64, out, x.device};
 }
 
+TensorMeta count_nonfinite_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  check_floating(x, kCountNonfinite, "x");
+  SG_CHECK(!x.shape.empty(), "count_nonfinite: x must have at least 1 dimension");
+  SymShape out = x.shape;
+  out.erase(out.size() - 1);
+  return {DType::i64, out, x.device};
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
@@ -320,6 +330,7 @@ void register_nn_ops(OpRegistry& r) {
                  {"seed", ArgKind::integer},
                  {"offset", ArgKind::integer, /*updatable=*/true}},
                 sample_shape));
+  r.add(make_op(kCountNonfinite, {x}, count_nonfinite_shape));
 }
 
 }  // namespace detail
@@ -378,6 +389,7 @@ Tensor argmax(const Tensor& x) { return call(op_def<detail::kArgmax>(), {&x}); }
 Tensor sample(const Tensor& logits, double temperature, std::int64_t seed, const SymInt& offset) {
   return call(op_def<detail::kSample>(), {&logits}, {temperature, SymInt(seed), offset});
 }
+Tensor count_nonfinite(const Tensor& x) { return call(op_def<detail::kCountNonfinite>(), {&x}); }
 
 }  // namespace ops
 }  // namespace sinkgraph

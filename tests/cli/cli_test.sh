@@ -246,6 +246,15 @@ open(f"{out}/nan/config.json", "w").write(cfg)
 blob = bytearray(data)
 blob[begin:begin + 2] = struct.pack("<H", 0x7FC0)  # bf16 NaN
 open(f"{out}/nan/model.safetensors", "wb").write(bytes(blob))
+# Finite weights whose products overflow: every value of one projection is
+# bf16's largest (about 3.4e38), so the logits are NaN or infinite.
+name, entry = next((k, v) for k, v in header.items() if k.endswith("layers.1.feed_forward.w2.weight"))
+blob = bytearray(data)
+blob[8 + n + entry["data_offsets"][0]:8 + n + entry["data_offsets"][1]] = struct.pack("<H", 0x7F7F) * (
+    (entry["data_offsets"][1] - entry["data_offsets"][0]) // 2)
+os.makedirs(f"{out}/huge", exist_ok=True)
+open(f"{out}/huge/config.json", "w").write(cfg)
+open(f"{out}/huge/model.safetensors", "wb").write(bytes(blob))
 hole = dict(header)
 last = max((k for k in hole if k != "__metadata__"), key=lambda k: hole[k]["data_offsets"][1])
 text = json.dumps(hole)
@@ -263,6 +272,16 @@ check nan-weight 2 -- "$bin" generate --model "$tmp/h/nan" --steps 2
 expect nan-weight-said grep -q "attention_norm.weight holds a value that is not finite (nan) at index 0" "$tmp/err"
 check hole 2 -- "$bin" generate --model "$tmp/h/hole" --steps 2
 expect hole-said grep -q "at the end of the data section belong to no tensor" "$tmp/err"
+# Non-finite logits are an error naming the position, in every mode and for
+# many prompts decoded together (Note [Non-finite logits]), never ids.
+for mode in eager reduce-overhead max-autotune; do
+  check "huge-weights-$mode" 2 -- "$bin" generate --model "$tmp/h/huge" --steps 4 --mode "$mode" --print-ids
+  expect "huge-weights-$mode-said" grep -q "logits at position 0 are not finite" "$tmp/err"
+  expect "huge-weights-$mode-no-ids" test ! -s "$tmp/out"
+done
+printf '1 5\n1\n' >"$tmp/h/huge-prompts"
+check huge-weights-batch 2 -- "$bin" generate --model "$tmp/h/huge" --steps 4 --prompts-file "$tmp/h/huge-prompts"
+expect huge-weights-batch-said grep -q "logits at position 1 are not finite" "$tmp/err"
 # Sizes and arithmetic.
 check steps-overflow 2 -- "$bin" generate --model "$tmp/m.bin" --steps 9223372036854775807
 check make-model-too-big 2 -- "$bin" make-model --dim 65536 --layers 1024 --heads 64 --kv-heads 64 \

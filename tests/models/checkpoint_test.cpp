@@ -349,6 +349,23 @@ TEST(models_checkpoint, Llama2cTruncatedNamesTheFirstTensorThatDoesNotFit) {
   expect_error([&] { load_model(path); }, {path, "tensor layers."});
 }
 
+// The freq_cis tables are read by nothing, but a NaN or infinity in them is
+// refused like one in a weight: the file is damaged (issue: "the weights
+// check covers every tensor, used or not").
+TEST(models_checkpoint, Llama2cNonFiniteValuesInTheUnusedFreqCisTablesAreErrors) {
+  Bytes file = llama2c_file(kHeader);
+  EXPECT_NO_THROW((void)parse_llama2c(file, "ok.bin"));
+  const auto put = [&](std::size_t at, float v) { std::memcpy(file.data() + at, &v, 4); };
+  put(file.size() - 4, NAN);  // the last value of freq_cis_imag ([8, 2])
+  expect_error(
+      [&] { parse_llama2c(file, "t.bin"); },
+      {"t.bin", "tensor freq_cis_imag", "not finite (nan) at index 15 of 16", "does not use"});
+  put(file.size() - 4, 0.0F);
+  put(file.size() - 64 - 8, -INFINITY);  // freq_cis_real, index 14
+  expect_error([&] { parse_llama2c(file, "t.bin"); },
+               {"t.bin", "tensor freq_cis_real", "(-inf) at index 14"});
+}
+
 TEST(models_checkpoint, Llama2cTrailingBytesAreAnError) {
   expect_error([&] { parse_llama2c(llama2c_file(kHeader, 4), "t.bin"); },
                {"t.bin", "4 trailing bytes"});

@@ -650,6 +650,14 @@ TEST(models_hf, OlderCheckpointsRotaryBuffersAreIgnored) {
   f.header["model.layers.1.self_attn.rotary_emb.inv_freq"] = {
       {"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {at, at + 16}}};
   EXPECT_EQ(parse_safetensors(f.bytes(), s.config.dump(), "old").config().n_layers, 2);
+  // Ignored, but checked: a NaN in it is a damaged file (bf16 here).
+  f.header["model.layers.1.self_attn.rotary_emb.inv_freq"] = {
+      {"dtype", "BF16"}, {"shape", {4}}, {"data_offsets", {at, at + 8}}};
+  f.data.resize(at + 8);
+  EXPECT_EQ(parse_safetensors(f.bytes(), s.config.dump(), "old").config().n_layers, 2);
+  f.data[at + 4] = 0xC0, f.data[at + 5] = 0x7F;  // index 2: 0x7FC0, a bf16 NaN
+  expect_error([&] { (void)parse_safetensors(f.bytes(), s.config.dump(), "old"); },
+               {"old", "rotary_emb.inv_freq", "not finite (nan) at index 2 of 4"});
   f.header["model.layers.1.self_attn.rotary_emb.inv_freq"]["shape"] = {2, 2};
   expect_error([&] { (void)parse_safetensors(f.bytes(), s.config.dump(), "old"); },
                {"rotary_emb.inv_freq", "shape"});

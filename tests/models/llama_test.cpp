@@ -2,6 +2,7 @@
 // reference outputs (../shared/models/stories260K, read in place).
 #include "sinkgraph/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -300,6 +301,67 @@ TEST(models_llama, half_rope_and_gqa_random_models_agree_across_modes) {
     auto r = e;
     r.mode = sg::Mode::reduce_overhead;
     EXPECT_EQ(sg::tools::generate(model, e).logits, sg::tools::generate(model, r).logits);
+  }
+}
+
+// Note [Non-finite logits] in tools/generate.cpp: an infinite embedding row
+// turns the logits of every position from the one that feeds its token on
+// into NaN. generate must refuse them, naming the first such position, in
+// every mode, whether tokens chain on the device or the host reads each one
+// (keep_logits), greedy or sampled, and from a prompt row.
+TEST(models_llama, non_finite_logits_are_an_error_naming_the_first_position_in_every_mode) {
+  const auto model = sg::models::random_model(
+      sg::models::LlamaConfig{48, 96, 2, 6, 2, 97, 40, 1e-5, 500.0, sg::ops::RopeStyle::interleaved,
+                              /*shared_classifier=*/false},
+      11);
+  auto o = greedy(10, sg::Mode::eager);
+  o.prompt = {3};
+  const std::vector<std::int64_t> ids = sg::tools::generate(model, o).ids;
+  // The first generated id, after the first, seen for the first time: fed
+  // at position (prompt length + its index).
+  std::size_t k = 1;
+  while (k < ids.size() &&
+         (ids[k] == 3 || std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k),
+                                   ids[k]) != ids.begin() + static_cast<std::ptrdiff_t>(k)))
+    ++k;
+  ASSERT_LT(k, ids.size()) << "the random model repeats one id; pick another seed";
+  const std::int64_t poisoned = ids[k];
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (name == "tok_embeddings.weight")
+      (void)sg::ops::fill_(sg::ops::narrow(*t, 0, poisoned, 1), INFINITY);
+  }
+  const auto expect_error_at = [&](const sg::tools::GenerateOptions& opts, std::int64_t position,
+                                   const std::string& what) {
+    try {
+      (void)sg::tools::generate(model, opts);
+      ADD_FAILURE() << what << ": expected an error at position " << position;
+    } catch (const sg::Error& err) {
+      const std::string message = err.what();
+      EXPECT_NE(message.find("logits at position " + std::to_string(position) + " are not finite"),
+                std::string::npos)
+          << what << ": " << message;
+    }
+  };
+  for (const sg::Mode mode : {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+    const std::string name(sg::mode_name(mode));
+    auto chained = greedy(10, mode);
+    chained.prompt = {3};
+    expect_error_at(chained, 1 + static_cast<std::int64_t>(k), name + ", chained");
+    auto waited = chained;
+    waited.keep_logits = true;
+    expect_error_at(waited, 1 + static_cast<std::int64_t>(k), name + ", host reads");
+    auto prompt = chained;
+    prompt.prompt = {3, 5, poisoned, 7};
+    expect_error_at(prompt, 2, name + ", prompt");
+    // Sampling draws from the same logits; before the poisoned id is fed
+    // nothing is wrong, so a run of one step passes.
+    auto sampled = chained;
+    sampled.temperature = 0.8;
+    sampled.prompt = {3, poisoned};
+    expect_error_at(sampled, 1, name + ", sampled");
+    auto clean = chained;
+    clean.steps = 1;
+    EXPECT_EQ(sg::tools::generate(model, clean).ids, std::vector<std::int64_t>{ids[0]}) << name;
   }
 }
 

@@ -122,6 +122,14 @@ TEST(ops_errors, mismatched_shapes) {
         (void)ops::sample(Tensor::from_ints({1, 2}, {2}), 1.0, 1, 0);
       },
       {"sample", "logits", "i64"});
+  expect_host_error(
+      [&] {
+        (void)ops::count_nonfinite(Tensor::from_ints({1, 2}, {2}));
+      },
+      {"count_nonfinite", "x", "i64"});
+  const Tensor scalar = ops::full({}, 1.0);
+  expect_host_error([&] { (void)ops::count_nonfinite(scalar); },
+                    {"count_nonfinite", "at least 1 dimension"});
 }
 
 TEST(ops_errors, wrong_dtype) {

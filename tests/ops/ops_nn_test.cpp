@@ -377,6 +377,44 @@ TEST(ops_argmax, strided_and_half_inputs) {
             ref::argmax(ints, 7));
 }
 
+// ---- count_nonfinite ----------------------------------------------------------
+
+// Per row, the count of NaN and ±inf, against std::isfinite on the stored
+// values: random rows with specials at random places, every float dtype
+// (half types store ±inf and NaN, and 65504 or 3e38 stay finite), strided.
+TEST(ops_count_nonfinite, random_rows_with_specials_in_every_float_dtype) {
+  std::mt19937 rng(83);
+  const float specials[] = {NAN, INFINITY, -INFINITY};
+  const Dims shapes[] = {{9}, {3, 17}, {2, 3, 40}, {5, 1}, {0, 4}, {4, 0}};
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (const auto& s : shapes) {
+      SCOPED_TRACE(sgtest::str(s) + " " + std::string(dtype_name(dt)));
+      auto v = sgtest::random_floats(rng, ref::numel(s));
+      for (auto& x : v) {
+        const auto roll = std::uniform_int_distribution<int>(0, 9)(rng);
+        if (roll < 3) x = specials[roll];
+        if (roll == 3) x = dt == DType::f16 ? 65504.0F : 3e38F;  // largest finite (about, for bf16)
+      }
+      std::vector<float> stored;
+      const Tensor out = ops::count_nonfinite(make(v, s, dt, &stored));
+      EXPECT_EQ(out.dtype(), DType::i64);
+      EXPECT_EQ(sgtest::dims_of(out), Dims(s.begin(), s.end() - 1));
+      const std::int64_t n = s.back();
+      std::vector<std::int64_t> want(
+          n == 0 ? static_cast<std::size_t>(ref::numel(Dims(s.begin(), s.end() - 1)))
+                 : stored.size() / static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < stored.size(); ++i)
+        want[i / static_cast<std::size_t>(n)] += !std::isfinite(stored[i]);
+      EXPECT_EQ(out.to_ints(), want);
+    }
+  }
+  std::vector<float> base(6 * 4, 1.0F);
+  base[5] = NAN;  // row 1, column 1 of the [6, 4] base; column 1 is row 1 of the transpose
+  base[13] = INFINITY;
+  const Tensor x = ops::transpose(make(base, {6, 4}), 0, 1);  // [4, 6], last stride 4
+  EXPECT_EQ(ops::count_nonfinite(x).to_ints(), (std::vector<std::int64_t>{0, 2, 0, 0}));
+}
+
 // ---- sample -------------------------------------------------------------------
 
 TEST(ops_sample, matches_the_inverse_cdf_reference_row_by_row) {

@@ -49,6 +49,7 @@ void rms_norm(const ArgBlock& args, KernelContext& ctx);    // (x, w, out); (eps
 void layer_norm(const ArgBlock& args, KernelContext& ctx);  // (x, w, b, out); (eps: f)
 void argmax(const ArgBlock& args, KernelContext& ctx);      // (x, out)
 void sample(const ArgBlock& args, KernelContext& ctx);      // (x, out; temperature, seed, offset)
+void count_nonfinite(const ArgBlock& args, KernelContext& ctx);  // (x, out)
 
 // Collectives (collective.cpp; Note [Collectives] in sinkgraph/collectives.h).
 void all_reduce(const ArgBlock& args, KernelContext& ctx);  // (x, out); (group: i)

@@ -1,4 +1,5 @@
-// Operations over the last dimension: softmax, rms_norm, layer_norm, argmax, sample.
+// Operations over the last dimension: softmax, rms_norm, layer_norm, argmax, sample,
+// count_nonfinite.
 #include "rows.h"
 
 #include <algorithm>
@@ -284,6 +285,28 @@ void sample(const ArgBlock& args, KernelContext& ctx) {
         }
       }
       po[oo] = pick;
+    });
+  });
+}
+
+// Per row, the values that are NaN or infinite: those for which |v| <= max
+// is false. Unlike std::isfinite the comparison vectorizes, so a decode
+// step's check of its logits costs a pass over one row in SIMD.
+void count_nonfinite(const ArgBlock& args, KernelContext& ctx) {
+  const TensorArg& x = args.tensors[0];
+  const TensorArg& o = args.tensors[1];
+  const std::int64_t n = last_size(x);
+  const std::int64_t xs = last_stride(x);
+  const TensorArg orow = one_per_row(o, x);
+  dispatch_float(x.dtype, [&]<typename T>() {
+    const T* px = static_cast<const T*>(x.data);
+    auto* po = static_cast<std::int64_t*>(o.data);
+    using C = compute_t<T>;
+    constexpr C kMax = std::numeric_limits<C>::max();
+    parallel_last_dim_rows(ctx, x, orow, n, [&](std::int64_t xo, std::int64_t oo) {
+      std::int64_t bad = 0;
+      for (std::int64_t i = 0; i < n; ++i) bad += !(std::abs(load(px + xo + i * xs)) <= kMax);
+      po[oo] = bad;
     });
   });
 }

@@ -62,6 +62,7 @@ void register_cpu_kernels(OpRegistry& r) {
       {"sdpa_causal", k::sdpa_causal},
       {"argmax", k::argmax},
       {"sample", k::sample},
+      {"count_nonfinite", k::count_nonfinite},
       // Collectives.
       {"all_reduce", k::all_reduce},
       {"all_gather", k::all_gather},
