@@ -1,6 +1,8 @@
 #pragma once
 // Subcommands of the `sinkgraph` tool. Each registers itself on the app and
 // sets `status` when it runs; sinkgraph::Error escaping a command exits 2.
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -23,5 +25,17 @@ void add_make_model_command(CLI::App& app, int& status);
 void add_ir_command(CLI::App& app, int& status);
 void add_demo_command(CLI::App& app, int& status);
 void add_convert_command(CLI::App& app, int& status);
+
+// Note [One way to read a value] (values.cpp): attaches to every option of
+// every subcommand the check its type needs (decimal integers in range,
+// finite reals, no empty value). Call once, after the commands are added.
+void check_values(CLI::App& app);
+
+enum class ValueKind : std::uint8_t { text, integer, unsigned_integer, real };
+// What is wrong with `text` as a value of `kind`, or nullopt.
+std::optional<std::string> value_error(const std::string& text, ValueKind kind);
+// A decimal integer by the same rules; throws sinkgraph::Error "<where>: ...".
+std::int64_t parse_integer(const std::string& text, const std::string& where);
+std::uint64_t parse_unsigned(const std::string& text, const std::string& where);
 
 }  // namespace sinkgraph::tools

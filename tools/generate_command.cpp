@@ -1,6 +1,5 @@
 // `sinkgraph generate`: the contract in DESIGN.md ("sinkgraph generate").
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,7 +26,6 @@ namespace {
 
 struct CliOptions {
   std::string model;
-  CLI::Option* model_option = nullptr;  // to tell `--model ""` from no --model
   std::string seed_text = "0";
   std::string prompt_ids = "1";
   std::int64_t steps = 128;
@@ -40,7 +38,7 @@ struct CliOptions {
   std::string explain;  // "" (not asked), "summary" or "full"
   bool stream = false;
   std::string trace;
-  std::optional<int> threads;
+  std::optional<std::int64_t> threads;
   std::string prompts_file;
   std::int64_t max_batch = 16;
   std::string capture_sizes;        // "1,2,4"; empty: the default buckets
@@ -49,25 +47,20 @@ struct CliOptions {
   std::optional<std::int64_t> tensor_parallel;
   std::string tp_classifier = "vocab";
   CLI::Option* prompt_ids_option = nullptr;
+  // Options that act only with --prompts-file; given without it they would
+  // be silently ignored, so they are refused.
+  std::vector<CLI::Option*> batch_only;
 };
 
-// Space-separated token ids; `where` names the text in messages.
+// Space-separated token ids, each a decimal integer read as every number of
+// the command line is (Note [One way to read a value]); `where` names the
+// text in messages.
 std::vector<std::int64_t> parse_ids(const std::string& text,
                                     const std::string& where = "--prompt-ids") {
   std::vector<std::int64_t> ids;
   std::istringstream in(text);
   std::string word;
-  while (in >> word) {
-    std::size_t used = 0;
-    std::int64_t v = 0;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SG_CHECK(used == word.size() && used > 0, where, ": '", word, "' is not an integer token id");
-    ids.push_back(v);
-  }
+  while (in >> word) ids.push_back(parse_integer(word, where));
   SG_CHECK(!ids.empty(), where, ": expected at least one token id");
   return ids;
 }
@@ -89,14 +82,7 @@ std::vector<std::vector<std::int64_t>> read_prompts(const std::string& path) {
 }
 
 // An unsigned 64-bit decimal: "-1" and 2^64 are errors, not wrapped values.
-std::uint64_t parse_seed(const std::string& text) {
-  std::uint64_t v = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  SG_CHECK(!text.empty() && ec == std::errc() && ptr == end, "--seed: '", text,
-           "' is not an integer in [0, 18446744073709551615]");
-  return v;
-}
+std::uint64_t parse_seed(const std::string& text) { return parse_unsigned(text, "--seed"); }
 
 // An output file (Note [Temporary files] in sinkgraph/files.h): created before
 // any work, so an unwritable destination fails at once; written and renamed
@@ -227,15 +213,19 @@ int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prom
 }
 
 int run(const CliOptions& o) {
-  SG_CHECK(o.model_option == nullptr || o.model_option->count() == 0 || !o.model.empty(),
-           "--model: the path is empty (leave --model out for the shipped stories260K model, or "
-           "pass --model builtin for the random built-in model)");
   SG_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
   SG_CHECK(o.temperature >= 0, "--temperature must be >= 0, got ", o.temperature);
   if (o.threads) {
     SG_CHECK(*o.threads >= 1 && *o.threads <= kMaxThreads, "--threads must be from 1 to ",
              kMaxThreads, ", got ", *o.threads);
-    set_num_threads(*o.threads);
+    set_num_threads(static_cast<int>(*o.threads));
+  }
+  if (o.prompts_file.empty()) {
+    for (const CLI::Option* opt : o.batch_only) {
+      SG_CHECK(opt->count() == 0, opt->get_name(),
+               " acts only with --prompts-file (many prompts decoded together); without it the "
+               "flag would change nothing");
+    }
   }
   const Parallel parallel = setup_parallel(o);
   if (!o.prompts_file.empty()) {
@@ -342,24 +332,26 @@ int run(const CliOptions& o) {
 void add_generate_command(CLI::App& app, int& status) {
   auto o = std::make_shared<CliOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate token ids with a Llama model");
-  o->model_option =
-      cmd->add_option("--model", o->model,
-                      "llama2.c .bin, .safetensors (config.json beside it), a folder (ours or a "
-                      "Hugging Face Llama), or 'builtin' (random, dim 288); default: the shipped "
-                      "stories260K");
+  cmd->add_option("--model", o->model,
+                  "llama2.c .bin, .safetensors (config.json beside it), a folder (ours or a "
+                  "Hugging Face Llama), or 'builtin' (random, dim 288); default: the shipped "
+                  "stories260K");
   o->prompt_ids_option = cmd->add_option("--prompt-ids", o->prompt_ids,
                                          "prompt token ids, space separated (default: \"1\", BOS)");
   cmd->add_option("--prompts-file", o->prompts_file,
                   "decode many prompts together: one prompt per line, space-separated ids");
-  cmd->add_option("--max-batch", o->max_batch,
-                  "with --prompts-file: sequences decoded together (default 16)");
-  cmd->add_option("--capture-sizes", o->capture_sizes,
-                  "with --prompts-file: batch buckets, one graph each (default 1,2,4,8,16,32)");
-  cmd->add_option("--graph-memory-budget", o->graph_memory_budget,
-                  "with --prompts-file: bytes the bucket graphs' pools may reach; past it, "
-                  "larger buckets run eagerly (default: no bound)");
-  cmd->add_flag("--warmup-buckets", o->warmup_buckets,
-                "with --prompts-file: capture every bucket before decoding, not on first use");
+  o->batch_only = {
+      cmd->add_option("--max-batch", o->max_batch,
+                      "with --prompts-file: sequences decoded together (default 16)"),
+      cmd->add_option("--capture-sizes", o->capture_sizes,
+                      "with --prompts-file: batch buckets, one graph each (default "
+                      "1,2,4,8,16,32)"),
+      cmd->add_option("--graph-memory-budget", o->graph_memory_budget,
+                      "with --prompts-file: bytes the bucket graphs' pools may reach; past it, "
+                      "larger buckets run eagerly (default: no bound)"),
+      cmd->add_flag("--warmup-buckets", o->warmup_buckets,
+                    "with --prompts-file: capture every bucket before decoding, not on first "
+                    "use")};
   cmd->add_option("--steps", o->steps, "tokens to generate (default 128)");
   cmd->add_option("--mode", o->mode, "eager, reduce-overhead (default) or max-autotune")
       ->check(CLI::IsMember({"eager", "reduce-overhead", "max-autotune"}));

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   sinkgraph::tools::add_ir_command(app, status);
   sinkgraph::tools::add_demo_command(app, status);
   sinkgraph::tools::add_convert_command(app, status);
+  sinkgraph::tools::check_values(app);  // Note [One way to read a value]
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

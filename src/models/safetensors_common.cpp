@@ -25,6 +25,12 @@ std::string brief(const json& v) {
 }
 
 json parse_json(std::string_view text, const std::string& source, const char* what) {
+  SG_CHECK(!text.starts_with("\xEF\xBB\xBF"), source, ": ", what,
+           " starts with a UTF-8 byte order mark, which JSON does not allow (save it as UTF-8 "
+           "without BOM)");
+  const std::size_t nul = text.find('\0');
+  SG_CHECK(nul == std::string_view::npos, source, ": ", what, " holds a NUL byte at offset ", nul,
+           " of ", text.size(), ", which JSON text never holds");
   std::vector<std::vector<std::string>> keys;  // per open object
   const json::parser_callback_t check = [&](int depth, json::parse_event_t event,
                                             json& parsed) -> bool {

@@ -28,6 +28,12 @@ namespace sinkgraph::models::detail {
 // unique per object (JSON allows duplicates and nlohmann keeps the last: a
 // silent choice), and a bad value is quoted by a bounded excerpt, never by
 // dumping it whole (a recursive dump of a deep value overflowed the stack).
+// The text is JSON and nothing else: a NUL byte anywhere is an error
+// (nlohmann's lexer takes one for the end of input, so `}\0garbage` and a
+// NUL-padded safetensors header were accepted; the format pads with spaces),
+// and so is a leading UTF-8 byte order mark (RFC 8259 forbids writing one;
+// nlohmann skipped it, Python's json refuses it, so transformers would not
+// load the config we accepted). Whitespace after the value is allowed.
 constexpr int kMaxJsonDepth = 64;
 
 // Parses `text` under Note [Bounded JSON]; errors name `source` and `what`

@@ -172,7 +172,7 @@ check batch-empty-file 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file 
 expect batch-empty-message grep -q "has no prompts" "$tmp/err"
 printf '1 2\n1 x 3\n' >"$tmp/bad.txt"
 check batch-bad-id 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/bad.txt"
-expect batch-bad-id-line grep -q "line 2: 'x' is not an integer token id" "$tmp/err"
+expect batch-bad-id-line grep -q "line 2: 'x' is not a decimal integer" "$tmp/err"
 printf '1 2\n1 99\n' >"$tmp/range.txt"
 check batch-range 2 -- "$bin" generate --model "$tmp/m.bin" --prompts-file "$tmp/range.txt" --steps 4
 expect batch-range-line grep -q "prompt 2 (line 2): id 99 is out of range" "$tmp/err"
@@ -246,6 +246,15 @@ open(f"{out}/nan/config.json", "w").write(cfg)
 blob = bytearray(data)
 blob[begin:begin + 2] = struct.pack("<H", 0x7FC0)  # bf16 NaN
 open(f"{out}/nan/model.safetensors", "wb").write(bytes(blob))
+# JSON is the text and nothing else (Note [Bounded JSON]): a NUL byte ends
+# nothing (nlohmann stopped there), a BOM is refused, trailing spaces pass.
+for case, c, h in [("cfg-nul", cfg.encode() + b"\0garbage", None), ("cfg-bom", b"\xef\xbb\xbf" + cfg.encode(), None),
+                   ("cfg-space", cfg.encode() + b"  \n", None), ("hdr-nul", None, data[8:8 + n] + b"\0" * 8),
+                   ("hdr-bom", None, b"\xef\xbb\xbf" + data[8:8 + n]), ("hdr-space", None, data[8:8 + n] + b" " * 8)]:
+    os.makedirs(f"{out}/{case}", exist_ok=True)
+    open(f"{out}/{case}/config.json", "wb").write(c if c is not None else cfg.encode())
+    blob = data if h is None else struct.pack("<Q", len(h)) + h + data[8 + n:]
+    open(f"{out}/{case}/model.safetensors", "wb").write(blob)
 # Finite weights whose products overflow: every value of one projection is
 # bf16's largest (about 3.4e38), so the logits are NaN or infinite.
 name, entry = next((k, v) for k, v in header.items() if k.endswith("layers.1.feed_forward.w2.weight"))
@@ -272,6 +281,13 @@ check nan-weight 2 -- "$bin" generate --model "$tmp/h/nan" --steps 2
 expect nan-weight-said grep -q "attention_norm.weight holds a value that is not finite (nan) at index 0" "$tmp/err"
 check hole 2 -- "$bin" generate --model "$tmp/h/hole" --steps 2
 expect hole-said grep -q "at the end of the data section belong to no tensor" "$tmp/err"
+for part in cfg hdr; do
+  check "json-$part-nul" 2 -- "$bin" generate --model "$tmp/h/$part-nul" --steps 2
+  expect "json-$part-nul-said" grep -q "holds a NUL byte at offset" "$tmp/err"
+  check "json-$part-bom" 2 -- "$bin" generate --model "$tmp/h/$part-bom" --steps 2
+  expect "json-$part-bom-said" grep -q "starts with a UTF-8 byte order mark" "$tmp/err"
+  check "json-$part-space" 0 -- "$bin" generate --model "$tmp/h/$part-space" --steps 2
+done
 # Non-finite logits are an error naming the position, in every mode and for
 # many prompts decoded together (Note [Non-finite logits]), never ids.
 for mode in eager reduce-overhead max-autotune; do
@@ -347,7 +363,7 @@ check stdout-closed 2 -- bash -c "exec '$bin' generate --model '$tmp/m.bin' --st
 check ir-print-full 2 -- bash -c "exec '$bin' ir '$tmp/g.ir' --print >/dev/full"
 # Flags.
 check model-empty 2 -- "$bin" generate --model "" --steps 2
-expect model-empty-said grep -q "path is empty" "$tmp/err"
+expect model-empty-said grep -q -- "--model: the value is empty" "$tmp/err"
 check seed-negative 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed -1
 check seed-too-large 2 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed 18446744073709551616
 check seed-max 0 -- "$bin" generate --model "$tmp/m.bin" --steps 2 --seed 18446744073709551615 --print-ids
@@ -390,7 +406,44 @@ for args in "generate --steps abc" "generate --bogus" "generate --steps" "frobni
   expect "parse-error-prefix[$args]" grep -q "^error: " "$tmp/err"
 done
 check parse-error-names-value 2 -- "$bin" generate --steps abc
-expect parse-error-names-value-said grep -q -- "--steps = abc" "$tmp/err"
+expect parse-error-names-value-said grep -q -- "--steps: 'abc' is not a decimal integer" "$tmp/err"
+# Note [One way to read a value]: every number is decimal and in range, as
+# typed (not clamped); no value is empty; batch-only flags need
+# --prompts-file. Each is one "error:" line naming the flag, exit 2.
+value_case() {  # value_case NAME TEXT-EXPECTED -- args...
+  local name=$1 said=$2
+  shift 3
+  check "value-$name" 2 -- "$bin" "$@"
+  expect "value-$name-one-line" test "$(wc -l <"$tmp/err")" = 1
+  expect "value-$name-said" grep -q -e "^error: .*$said" "$tmp/err"
+}
+m=(--model "$tmp/m.bin")
+value_case steps-huge "--steps: 99999999999999999999999 is out of range" -- generate "${m[@]}" --steps 99999999999999999999999
+value_case steps-hex "--steps: '0x10' is not a decimal integer" -- generate "${m[@]}" --steps 0x10
+value_case steps-plus "--steps: '+3' is not a decimal integer" -- generate "${m[@]}" --steps +3
+value_case prompt-ids-hex "--prompt-ids: '0x1' is not a decimal integer" -- generate "${m[@]}" --prompt-ids 0x1
+value_case prompt-ids-huge "--prompt-ids: 99999999999999999999 is out of range" -- generate "${m[@]}" --prompt-ids 99999999999999999999
+value_case stop-id-huge "--stop-id: 99999999999999999999 is out of range" -- generate "${m[@]}" --stop-id 99999999999999999999
+value_case threads-huge "--threads must be from 1 to 1024, got 99999999999$" -- generate "${m[@]}" --threads 99999999999
+value_case make-model-hex "--dim: '0x20' is not a decimal integer" -- make-model --dim 0x20 --layers 1 --heads 1 \
+  --kv-heads 1 --hidden 8 --vocab 8 --seq-len 8 --seed 1 --format llama2c --out "$tmp/h/hex.bin"
+value_case make-model-seed-negative "--seed: '-1' is not a decimal integer of 0 or more" -- make-model --dim 8 \
+  --layers 1 --heads 1 --kv-heads 1 --hidden 8 --vocab 8 --seq-len 8 --seed -1 --format llama2c --out "$tmp/h/neg.bin"
+value_case shards-hex "--shards: '0x2' is not a decimal integer" -- convert "$tmp/m.bin" "$tmp/h/hf" --to hf --shards 0x2
+for v in nan inf -inf 1e999 abc ""; do
+  value_case "temperature[$v]" "--temperature: " -- generate "${m[@]}" --temperature "$v"
+done
+for flag in --dump-logits --trace --prompts-file --capture-sizes --graph-memory-budget --prompt-ids --seed \
+  --temperature --steps; do
+  value_case "empty$flag" "$flag: the value is empty (leave the flag out" -- generate "${m[@]}" "$flag" "" --steps 2
+done
+value_case empty-mode "--mode:  not in {eager,reduce-overhead,max-autotune}" -- generate "${m[@]}" --mode ""
+value_case empty-positional "input: the value is empty (see --help)$" -- convert "" "$tmp/h/x" --to hf
+for args in "--capture-sizes 1,2" "--max-batch 4" "--graph-memory-budget 1000" "--warmup-buckets"; do
+  # shellcheck disable=SC2086
+  value_case "batch-only[$args]" "acts only with --prompts-file" -- generate "${m[@]}" --steps 2 $args
+done
+expect no-dump-written test ! -e "$tmp/h/hf"
 
 # The default model is the shipped stories260K: every mode reproduces its
 # reference ids (models/stories260K/bos_greedy_200.txt, from llama2.c).
@@ -405,8 +458,6 @@ check builtin 0 -- "$bin" generate --model builtin --steps 3 --print-ids --stats
 expect builtin-vocab python3 -c "import json,sys; s=json.loads(open('$tmp/out').read().splitlines()[-1]); sys.exit(0 if s['generated_tokens'] == 3 else 1)"
 check builtin-summary 0 -- "$bin" generate --model builtin --steps 3
 expect builtin-summary-said grep -q "^model: built-in random (dim 288" "$tmp/out"
-check empty-model 2 -- "$bin" generate --model ""
-expect empty-model-said grep -q "builtin" "$tmp/err"
 
 # --stream: the same ids line, written id by id; the host waits per token.
 check stream 0 -- "$bin" generate --steps 12 --stream --print-ids --stats
