@@ -14,6 +14,7 @@
 
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
+#include "sinkgraph/stream.h"
 
 namespace sinkgraph::models::detail {
 
@@ -108,25 +109,46 @@ std::size_t first_non_finite(const float* v, std::size_t n) {
 }
 }  // namespace
 
+// Note [Decoding into the tensor]
+// A weight goes from the file's bytes to its tensor in one pass of chunks
+// small enough to stay in cache: each chunk is converted to f32 (or copied),
+// checked finite, and copied synchronously into the tensor's memory. A
+// 4.1 GB checkpoint used to make three more copies on the way (a vector of
+// floats, the stream copy's staging buffer, zero-filled first), each in
+// freshly faulted pages: 2.7 million page faults and 14 s of system time.
+// The synchronous copy needs no queued work to be using the block the
+// allocator just handed out, so the stream is drained first (it is idle
+// while a model loads: the wait costs nothing).
 Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                      const std::string& name) {
   const auto n = static_cast<std::size_t>(sinkgraph::numel(shape));
   SG_ASSERT(is_floating(dtype) && raw.size() == n * dtype_size(dtype),
             "decode_tensor: ", raw.size(), " bytes for ", n, " values");
-  std::vector<float> values(n);
-  if (dtype == DType::f32) {
-    if (n > 0) std::memcpy(values.data(), raw.data(), n * sizeof(float));
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, raw.data() + 2 * i, 2);
-      values[i] = dtype == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+  Tensor t = Tensor::empty(shape, DType::f32);
+  Device& device = t.device();
+  current_stream(device).synchronize();
+  auto* dst = static_cast<std::uint8_t*>(t.data_ptr());
+  constexpr std::size_t kChunk = 16384;  // values: 64 KiB of f32
+  std::vector<float> chunk(std::min(n, kChunk));
+  const std::size_t esize = dtype_size(dtype);
+  for (std::size_t start = 0; start < n; start += kChunk) {
+    const std::size_t m = std::min(kChunk, n - start);
+    const std::uint8_t* src = raw.data() + start * esize;
+    if (dtype == DType::f32) {
+      std::memcpy(chunk.data(), src, m * sizeof(float));
+    } else {
+      for (std::size_t i = 0; i < m; ++i) {
+        std::uint16_t bits = 0;
+        std::memcpy(&bits, src + 2 * i, 2);
+        chunk[i] = dtype == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+      }
     }
+    const std::size_t bad = first_non_finite(chunk.data(), m);
+    SG_CHECK(bad == m, name, " holds a value that is not finite (", chunk[bad], ") at index ",
+             start + bad, " of ", n, "; a checkpoint's weights must all be finite numbers");
+    device.copy_from_host(dst + start * sizeof(float), chunk.data(), m * sizeof(float));
   }
-  const std::size_t bad = first_non_finite(values.data(), n);
-  SG_CHECK(bad == n, name, " holds a value that is not finite (", values[bad], ") at index ", bad,
-           " of ", n, "; a checkpoint's weights must all be finite numbers");
-  return Tensor::from_floats(values, shape, DType::f32);
+  return t;
 }
 
 void check_unused_tensor(std::span<const std::uint8_t> raw, DType dtype, const std::string& name) {

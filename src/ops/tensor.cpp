@@ -24,7 +24,8 @@ void staged_copy_kernel(const ArgBlock& args, KernelContext&) {
 
 void copy_host_to_device(const Tensor& dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  auto staging = std::make_unique<unsigned char[]>(bytes);
+  auto staging =
+      std::make_unique_for_overwrite<unsigned char[]>(bytes);  // no zero fill: overwritten next
   std::memcpy(staging.get(), src, bytes);
   ArgBlock block;
   block.num_tensors = 1;
