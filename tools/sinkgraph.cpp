@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string>
+#include <string_view>
 
 #include "commands.h"
 #include "sinkgraph/dist.h"
@@ -34,6 +36,28 @@ bool stdout_ok() {
 // A failed rank of a tensor-parallel job ends every rank (Note
 // [Tensor-parallel generate]): the others may be waiting in a collective
 // for it. `code` is the exit status the job reports.
+// Note [One line per error]: an error is one line, whatever it quotes. A
+// path or value holding a newline (or another control character) would split
+// it, so those are printed escaped, as \n or \xHH.
+std::string one_line(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 int fail(int code) {
   std::fflush(stderr);
   if (sinkgraph::dist::initialized() && sinkgraph::dist::world_size() > 1) {
@@ -69,16 +93,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     // One line, as every other error (CLI11's own adds a second, "Run with --help").
-    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "error: %s (see --help)\n", one_line(e.what()).c_str());
     return 2;
   } catch (const sinkgraph::tools::SameOnEveryRank& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
     return 2;
   } catch (const sinkgraph::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
     return fail(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
+    std::fprintf(stderr, "internal error: %s\n", one_line(e.what()).c_str());
     return fail(1);
   }
   if (!stdout_ok()) {

@@ -45,6 +45,14 @@ ParsedConfig parse_config(std::string_view text, const std::string& source) {
   const json j = parse_json(text, source, "the config");
   SG_CHECK(j.is_object(), source, ": expected a JSON object, got ", j.type_name());
   if (detail::is_hf_config(j)) return {detail::parse_hf_config(j, source), true};
+  // Ours has "dim"; one with Hugging Face's keys but no "model_type" is an
+  // HF config missing its architecture, and saying `missing "dim"` would
+  // send its owner the wrong way.
+  SG_CHECK(j.contains("dim") || !(j.contains("hidden_size") || j.contains("num_hidden_layers")),
+           source,
+           ": missing \"model_type\": a Hugging Face config names its architecture (\"llama\" or "
+           "\"qwen2\" here); without it the file is read as sinkgraph's own layout, which needs "
+           "\"dim\"");
   LlamaConfig c;
   c.dim = config_int(j, "dim", source);
   c.hidden_dim = config_int(j, "hidden_dim", source);

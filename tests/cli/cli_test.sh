@@ -438,6 +438,9 @@ for flag in --dump-logits --trace --prompts-file --capture-sizes --graph-memory-
   value_case "empty$flag" "$flag: the value is empty (leave the flag out" -- generate "${m[@]}" "$flag" "" --steps 2
 done
 value_case empty-mode "--mode:  not in {eager,reduce-overhead,max-autotune}" -- generate "${m[@]}" --mode ""
+# Note [One line per error]: a control character in a quoted path is escaped.
+value_case path-newline 'a\\nb: cannot open the checkpoint' -- generate --model $'a\nb'
+value_case path-tab 'a\\x09b: cannot open the checkpoint' -- generate --model $'a\tb'
 value_case empty-positional "input: the value is empty (see --help)$" -- convert "" "$tmp/h/x" --to hf
 for args in "--capture-sizes 1,2" "--max-batch 4" "--graph-memory-budget 1000" "--warmup-buckets"; do
   # shellcheck disable=SC2086

@@ -618,6 +618,13 @@ TEST(models_checkpoint, SafetensorsBadConfigValuesAreErrors) {
   expect_bad([](json& c) { c["rope_theta"] = 1e39; }, {"rope_theta", "f32"});
   expect_bad([](json& c) { c["norm_eps"] = 1e-50; }, {"norm_eps", "rounds to 0"});
   expect_bad([](json& c) { c = json::array(); }, {"object"});
+  // A Hugging Face config that lost its model_type is named as one, not
+  // reported as missing our "dim".
+  expect_bad(
+      [](json& c) {
+        c = json{{"hidden_size", 16}, {"num_hidden_layers", 2}};
+      },
+      {"cfg.safetensors", "missing \"model_type\"", "Hugging Face"});
   // A config that disagrees with the tensors: the first misshapen tensor is named.
   expect_bad([](json& c) { c["hidden_dim"] = 32; }, {"cfg.safetensors", "feed_forward.w", "needs"});
   expect_bad([](json& c) { c["n_layers"] = 3; }, {"missing tensor layers.2.attention_norm.weight"});
