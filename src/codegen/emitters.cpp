@@ -134,7 +134,7 @@ std::string unary_expr(int fn, const std::string& x) {
     case fp::kRsqrt:
       return "(1.0f / std::sqrt(" + x + "))";
     case fp::kErf:
-      return "std::erf(" + x + ")";
+      return "sg_erf(" + x + ")";
     case fp::kRelu:
       return "sg_relu(" + x + ")";
     case fp::kSilu:

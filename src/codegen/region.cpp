@@ -84,10 +84,21 @@ inline float sg_exp(float x) {
   y = x < lo ? 0.0f : y;
   return x != x ? x : y;
 }
+// erf as the CPU kernels compute it (Abramowitz & Stegun 7.1.26, as ATen's
+// vectorized erf; absolute error below 5e-7): libm's erff is a call per value.
+inline float sg_erf(float x) {
+  const float t = 1.0f / (1.0f + 0.3275911f * __builtin_fabsf(x));
+  float r = 1.061405429f;
+  r = r * t - 1.453152027f;
+  r = r * t + 1.421413741f;
+  r = r * t - 0.284496736f;
+  r = r * t + 0.254829592f;
+  return __builtin_copysignf(1.0f - r * t * sg_exp(-x * x), x);
+}
 inline float sg_relu(float x) { return x > 0.0f ? x : 0.0f; }
 inline float sg_silu(float x) { return x / (1.0f + sg_exp(-x)); }
 inline float sg_sigmoid(float x) { return 1.0f / (1.0f + sg_exp(-x)); }
-inline float sg_gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float sg_gelu(float x) { return 0.5f * x * (1.0f + sg_erf(x * 0.70710678118654752f)); }
 inline float sg_hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 inline float sg_hardswish(float x) { return x * std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
 // Eight f32 lanes (GCC/Clang vector extensions: AVX registers where the CPU

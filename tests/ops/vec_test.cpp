@@ -35,6 +35,21 @@ TEST(ops_vec, exp_matches_std_exp_to_two_parts_in_ten_million) {
   EXPECT_TRUE(std::isnan(vec::exp(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(ops_vec, erf_matches_std_erf_to_five_parts_in_ten_million) {
+  // Steps of 1e-4 over [-6, 6] (erf is ±1 in f32 past about ±3.9).
+  double worst = 0;
+  for (int i = -60000; i <= 60000; ++i) {
+    const float x = static_cast<float>(i) * 1e-4F;
+    worst = std::max(worst, std::abs(static_cast<double>(vec::erf(x)) - std::erf(double{x})));
+  }
+  EXPECT_LT(worst, 5e-7);
+  EXPECT_EQ(vec::erf(0.0F), 0.0F);
+  EXPECT_EQ(vec::erf(std::numeric_limits<float>::infinity()), 1.0F);
+  EXPECT_EQ(vec::erf(-std::numeric_limits<float>::infinity()), -1.0F);
+  EXPECT_EQ(vec::erf(-2.0F), -vec::erf(2.0F));  // odd
+  EXPECT_TRUE(std::isnan(vec::erf(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(ops_vec, dot_matches_a_double_loop) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);

@@ -146,7 +146,7 @@ struct Rsqrt {
   float operator()(float x, float) const { return 1.0F / std::sqrt(x); }
 };
 struct Erf {
-  float operator()(float x, float) const { return std::erf(x); }
+  float operator()(float x, float) const { return vec::erf(x); }
 };
 struct Relu {
   float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; }

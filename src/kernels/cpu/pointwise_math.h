@@ -12,7 +12,7 @@ namespace sinkgraph::kernels::pointwise {
 
 inline float silu(float x) { return x / (1.0F + cpu::vec::exp(-x)); }
 // PyTorch's default (exact) GELU.
-inline float gelu(float x) { return 0.5F * x * (1.0F + std::erf(x * 0.70710678118654752F)); }
+inline float gelu(float x) { return 0.5F * x * (1.0F + cpu::vec::erf(x * 0.70710678118654752F)); }
 inline float sigmoid(float x) { return 1.0F / (1.0F + cpu::vec::exp(-x)); }
 // PyTorch's: hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1); hardswish(x) = x * relu6(x + 3) / 6.
 inline float hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0F, 0.0F), 6.0F) / 6.0F; }
@@ -29,7 +29,7 @@ inline float unary(int fn, float x) {
     case fused::kRsqrt:
       return 1.0F / std::sqrt(x);
     case fused::kErf:
-      return std::erf(x);
+      return cpu::vec::erf(x);
     case fused::kRelu:
       return x > 0.0F ? x : 0.0F;
     case fused::kSilu:
