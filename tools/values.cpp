@@ -3,8 +3,9 @@
 // flag and whatever CLI11 would accept on its own:
 //  - An integer (CLI11's INT and UINT options) is decimal: digits with an
 //    optional leading '-' (UINT: none), as std::from_chars reads them. CLI11
-//    also took 0x10, 0o7 and 0b11 for some flags, and clamped a value out of
-//    range to the type's limit, so `--steps 99999999999999999999999` was
+//    also took `0x3`, `+3` and ` 3` for `--steps` (3 steps) while
+//    `--prompt-ids 0x1` was refused, and clamped a value out of range to
+//    the type's limit, so `--steps 99999999999999999999999` was
 //    reported as 9223372036854775807; now it is an error quoting the text as
 //    typed. `--prompt-ids`, `--prompts-file` lines and `--seed` use the same
 //    reader.
