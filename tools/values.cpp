@@ -84,20 +84,24 @@ std::optional<std::string> value_error(const std::string& text, ValueKind kind) 
   return e;
 }
 
-std::int64_t parse_integer(const std::string& text, const std::string& where) {
-  const auto e = value_error(text, ValueKind::integer);
+namespace {
+// The value of `text`, read as value_error checked it, or an error naming `where`.
+template <typename T>
+T parse_decimal(const std::string& text, const std::string& where, ValueKind kind) {
+  const auto e = value_error(text, kind);
   SG_CHECK(!e, where, ": ", e.value_or(""));
-  std::int64_t v = 0;
+  T v = 0;
   std::from_chars(text.data(), text.data() + text.size(), v);
   return v;
 }
+}  // namespace
+
+std::int64_t parse_integer(const std::string& text, const std::string& where) {
+  return parse_decimal<std::int64_t>(text, where, ValueKind::integer);
+}
 
 std::uint64_t parse_unsigned(const std::string& text, const std::string& where) {
-  const auto e = value_error(text, ValueKind::unsigned_integer);
-  SG_CHECK(!e, where, ": ", e.value_or(""));
-  std::uint64_t v = 0;
-  std::from_chars(text.data(), text.data() + text.size(), v);
-  return v;
+  return parse_decimal<std::uint64_t>(text, where, ValueKind::unsigned_integer);
 }
 
 void check_values(CLI::App& app) {
