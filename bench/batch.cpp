@@ -1,7 +1,7 @@
 // bench_batch: generated tokens/s against the batch size (docs/performance.md,
 // "Batched decoding"). For each model and each B it decodes B prompts together
 // (`generate --prompts-file` with --max-batch B --warmup-buckets, through
-// tools/batch_generate.h) in every mode, beside a hand-written reference that
+// include/sinkgraph/generate.h) in every mode, beside a hand-written reference that
 // runs each step's products as one cblas_sgemm over all B rows
 // (ReferenceLlama::forward_batched, bench/e2e/reference.h). Columns alternate
 // within each round, so machine noise hits them alike; figures are medians
@@ -42,12 +42,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "batch_generate.h"
 #include "line_plot.h"
 #include "random_config.h"
 #include "reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/llama.h"
 
 namespace {
@@ -130,14 +130,15 @@ Outcome run_reference(sg::e2e::ReferenceLlama& ref, const Prompts& prompts, std:
 
 Outcome run_sinkgraph(const sg::models::LlamaModel& model, sg::Mode mode, const Prompts& prompts,
                       std::int64_t steps, std::vector<std::int64_t> capture_sizes) {
-  sg::tools::BatchOptions o;
+  sg::BatchOptions o;
   o.prompts = prompts;
   o.steps = steps;
-  o.mode = mode;
-  o.max_batch = static_cast<std::int64_t>(prompts.size());
-  o.capture_sizes = std::move(capture_sizes);
-  o.warmup_buckets = true;
-  const sg::tools::BatchResult r = sg::tools::generate_batched(model, o);
+  sg::GeneratorConfig config;
+  config.mode = mode;
+  config.max_batch = static_cast<std::int64_t>(prompts.size());
+  config.capture_sizes = std::move(capture_sizes);
+  config.warmup_buckets = true;
+  const sg::BatchResult r = sg::generate_batch(model, o, config);
   return {static_cast<double>(r.decode_tokens) / r.decode_seconds, r.ids};
 }
 

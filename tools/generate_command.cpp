@@ -9,15 +9,14 @@
 
 #include <fmt/core.h>
 
-#include "batch_generate.h"
 #include "commands.h"
 #include "default_model.h"
-#include "generate.h"
 #include "output_guard.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/dist.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/files.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/log.h"
 
 namespace sinkgraph::tools {
@@ -159,35 +158,45 @@ models::LlamaModel load(const std::string& path, const models::TensorParallel& t
   return tp.size == 1 ? whole : models::shard_model(whole, tp);
 }
 
+// The library names a bad stop id; the command names its flag.
+void check_stop_id(const CliOptions& o, const models::LlamaModel& model) {
+  const std::int64_t vocab = model.config().vocab_size;
+  SG_CHECK(!o.stop_id || (*o.stop_id >= 0 && *o.stop_id < vocab), "generate: --stop-id ",
+           o.stop_id.value_or(0), " is out of range for a vocabulary of ", vocab,
+           " (it could never be generated)");
+}
+
 int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prompts,
                 const models::LlamaModel& model, const std::string& model_path, bool primary) {
   SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
            "--prompts-file and --prompt-ids: give one of them");
   SG_CHECK(o.dump_logits.empty() && o.trace.empty() && !o.stream,
            "--prompts-file does not support --dump-logits, --trace or --stream yet");
+  check_stop_id(o, model);
   BatchOptions b;
   b.prompts = std::move(prompts);
   b.steps = o.steps;
-  b.mode = parse_mode(o.mode);
   b.temperature = o.temperature;
   b.seed = parse_seed(o.seed_text);
-  b.stop_id = o.stop_id;
-  b.max_batch = o.max_batch;
+  if (o.stop_id) b.stop_ids = {*o.stop_id};
+  GeneratorConfig g;
+  g.mode = parse_mode(o.mode);
+  g.max_batch = o.max_batch;
   // The buckets and their budget are CompilerConfig options: one parser.
   CompilerConfig config;
   if (!o.capture_sizes.empty()) config.set("capture_sizes", o.capture_sizes);
   if (!o.graph_memory_budget.empty()) config.set("graph_memory_budget", o.graph_memory_budget);
-  b.capture_sizes = config.capture_sizes;
-  b.graph_memory_budget = config.graph_memory_budget;
-  b.warmup_buckets = o.warmup_buckets;
+  g.capture_sizes = config.capture_sizes;
+  g.graph_memory_budget = config.graph_memory_budget;
+  g.warmup_buckets = o.warmup_buckets;
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
-  const BatchResult r = generate_batched(model, b);
+  const BatchResult r = generate_batch(model, b, g);
   for (const auto& note : r.notes) sinkgraph::log(LogLevel::warn, note);
   if (!o.explain.empty() && primary) {
     const std::string& text = o.explain == "full" ? r.explain_full : r.explain;
     std::fprintf(report, "%s%s", text.empty() ? "eager mode: nothing compiled\n" : text.c_str(),
-                 bucket_report(r).c_str());
+                 r.bucket_report().c_str());
   }
   if (o.print_ids || !machine) {
     for (const auto& ids : r.ids) {
@@ -201,14 +210,12 @@ int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prom
                 model.config().str().c_str());
     std::printf("mode: %s\n", o.mode.c_str());
     std::printf("prompts: %zu, at most %lld decoded together\n", b.prompts.size(),
-                static_cast<long long>(b.max_batch));
-    std::printf(
-        "decode: %.1f tokens/s over all sequences (%lld steps)\n",
-        r.decode_seconds > 0 ? static_cast<double>(r.decode_tokens) / r.decode_seconds : 0.0,
-        static_cast<long long>(r.decode_steps));
+                static_cast<long long>(g.max_batch));
+    std::printf("decode: %.1f tokens/s over all sequences (%lld steps)\n", r.decode_tokens_per_s(),
+                static_cast<long long>(r.decode_steps));
     std::printf("batch buckets captured: %lld\n", static_cast<long long>(r.batch_buckets_captured));
   }
-  if (o.stats) std::printf("%s\n", batch_stats_json(b, r).c_str());
+  if (o.stats) std::printf("%s\n", r.stats_json().c_str());
   return 0;
 }
 
@@ -237,10 +244,11 @@ int run(const CliOptions& o) {
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
   g.steps = o.steps;
-  g.mode = parse_mode(o.mode);
   g.temperature = o.temperature;
   g.seed = parse_seed(o.seed_text);
-  g.stop_id = o.stop_id;
+  if (o.stop_id) g.stop_ids = {*o.stop_id};
+  GeneratorConfig config;
+  config.mode = parse_mode(o.mode);
   g.keep_logits = !o.dump_logits.empty();
   g.trace = !o.trace.empty();
   // Output files are rank 0's (Note [Tensor-parallel generate]), and never
@@ -264,6 +272,7 @@ int run(const CliOptions& o) {
   const std::string model_path = o.model.empty() ? default_model_path() : o.model;
   const models::LlamaModel model = load(model_path, parallel.tp);
   const models::LlamaConfig& c = model.config();
+  check_stop_id(o, model);
   const auto prompt_tokens = static_cast<std::int64_t>(g.prompt.size());
   SG_CHECK(prompt_tokens <= c.max_seq_len && g.steps <= c.max_seq_len - prompt_tokens, "prompt (",
            g.prompt.size(), " tokens) plus --steps ", g.steps, " exceeds the model's seq_len ",
@@ -282,7 +291,7 @@ int run(const CliOptions& o) {
       std::fflush(stdout);
     };
   }
-  const GenerateResult r = generate(model, g);
+  const GenerateResult r = generate(model, g, config);
   if (o.stream && ids_line) std::fputs("\n", stdout);
   for (const auto& note : r.notes) sinkgraph::log(LogLevel::warn, note);
 
@@ -292,7 +301,7 @@ int run(const CliOptions& o) {
     logits_file->commit();
   }
   if (trace_file) {
-    trace_file->write(chrome_trace_json(r));
+    trace_file->write(r.chrome_trace_json());
     trace_file->commit();
   }
   if (!o.explain.empty() && parallel.primary) {
@@ -304,8 +313,7 @@ int run(const CliOptions& o) {
   for (const auto id : r.ids) ids += (ids.empty() ? "" : " ") + std::to_string(id);
   if (o.print_ids && !o.stream) std::printf("ids: %s\n", ids.c_str());
   if (!machine) {
-    const double tps =
-        r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0;
+    const double tps = r.decode_tokens_per_s();
     GraphCounters sum = r.prefill_counters;
     sum += r.decode_counters;
     if (!o.stream) std::printf("ids: %s\n", ids.c_str());
@@ -323,7 +331,7 @@ int run(const CliOptions& o) {
         static_cast<long long>(sum.pool_reserved_bytes));
     std::printf("peak allocated: %lld bytes\n", static_cast<long long>(r.peak_allocated_bytes));
   }
-  if (o.stats) std::printf("%s\n", stats_json(g, r).c_str());
+  if (o.stats) std::printf("%s\n", r.stats_json().c_str());
   return 0;
 }
 

@@ -41,13 +41,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "generate.h"
 #include "line_plot.h"
 #include "random_config.h"
 #include "read_bandwidth.h"
 #include "reference.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/llama.h"
 #include "sinkgraph/stream.h"
 
@@ -135,24 +135,23 @@ Run run_reference(sg::e2e::ReferenceLlama& ref, std::int64_t steps,
 
 // sinkgraph's generate driver in one mode: fresh compiled functions (prefill
 // and decode), prefill of BOS, then steps - 1 decode steps.
-sg::tools::GenerateResult generate_in_mode(const sg::models::LlamaModel& model, sg::Mode mode,
-                                           std::int64_t steps,
-                                           const std::vector<std::int64_t>* forced = nullptr) {
-  sg::tools::GenerateOptions options;
+sg::GenerateResult generate_in_mode(const sg::models::LlamaModel& model, sg::Mode mode,
+                                    std::int64_t steps,
+                                    const std::vector<std::int64_t>* forced = nullptr) {
+  sg::GenerateOptions options;
   options.steps = steps;
-  options.mode = mode;
   if (forced != nullptr) {
     options.forced_ids.assign(forced->begin(), forced->begin() + (steps - 1));
     options.keep_logits = true;
   }
-  return sg::tools::generate(model, options);
+  return sg::generate(model, options, {mode});
 }
 
 // (b)-(d): one decode run of one mode.
 Run run_mode(const sg::models::LlamaModel& model, sg::Mode mode, std::int64_t steps, Column* column,
              const std::vector<std::int64_t>* forced = nullptr,
              std::vector<float>* logits = nullptr) {
-  sg::tools::GenerateResult r = generate_in_mode(model, mode, steps, forced);
+  sg::GenerateResult r = generate_in_mode(model, mode, steps, forced);
   Run run;
   run.ids = std::move(r.ids);
   run.step_us = std::move(r.step_us);
@@ -402,7 +401,7 @@ int first_token_child(const std::string& mode_text, const std::string& cache,
                          : sg::models::load_model(model_path);
   sg::current_stream().synchronize();
   const auto t0 = Clock::now();
-  const sg::tools::GenerateResult r = generate_in_mode(model, mode, 2);
+  const sg::GenerateResult r = generate_in_mode(model, mode, 2);
   const double ms = 1e3 * seconds_since(t0);
   sg::GraphCounters sum = r.prefill_counters;
   sum += r.decode_counters;

@@ -6,6 +6,9 @@
     opt_model = torch.compile(model, backend=sinkgraph.get_backend(compiler_config=config))
     # or, without importing sinkgraph: torch.compile(model, backend="sinkgraph")
 
+    # token generation with sinkgraph's own Llama (no torch): what the CLI runs
+    out = sinkgraph.Generator("model.safetensors").generate([1], max_new_tokens=64)
+
 See docs/python.md.
 """
 
@@ -13,10 +16,12 @@ from . import _C
 from ._C import Error
 from .backend import Backend, get_backend
 from .config import CompilerConfig
+from .generation import GenerationResult, Generator, generate
 from .visibility import counters, explain, reset_counters
 
-__all__ = ["Backend", "CompilerConfig", "Error", "counters", "explain", "get_backend",
-           "onednn_built", "reset_counters", "set_log_level", "set_use_onednn", "use_onednn"]
+__all__ = ["Backend", "CompilerConfig", "Error", "GenerationResult", "Generator", "counters",
+           "explain", "generate", "get_backend", "onednn_built", "reset_counters",
+           "set_log_level", "set_use_onednn", "use_onednn"]
 
 __version__ = _C.version()
 

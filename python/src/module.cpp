@@ -20,7 +20,9 @@
 #include "dlpack.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/ir.h"
+#include "sinkgraph/llama.h"
 #include "sinkgraph/log.h"
 #include "sinkgraph/op_registry.h"
 #include "sinkgraph/ops.h"
@@ -309,6 +311,73 @@ class CompiledGraph {
   std::shared_ptr<py::function> holder_;
 };
 
+// ---- generation -----------------------------------------------------------------
+
+std::unique_ptr<sg::Generator> make_generator(const std::string& model, const std::string& mode,
+                                              std::int64_t max_batch,
+                                              std::vector<std::int64_t> capture_sizes,
+                                              std::int64_t graph_memory_budget) {
+  sg::GeneratorConfig config;
+  config.mode = sg::parse_mode(mode);
+  config.max_batch = max_batch;
+  if (!capture_sizes.empty()) config.capture_sizes = std::move(capture_sizes);
+  config.graph_memory_budget = graph_memory_budget;
+  py::gil_scoped_release release;
+  sg::models::LlamaModel m = model == "builtin"
+                                 ? sg::models::random_model(sg::models::builtin_config(), 0)
+                                 : sg::models::load_model(model);
+  return std::make_unique<sg::Generator>(std::move(m), std::move(config));
+}
+
+// A Python callable as the loop's callback: called with the GIL held; a
+// Python exception (or a pending Ctrl-C) ends the call with it.
+template <typename... Args>
+std::function<void(Args...)> callback(const py::object& fn) {
+  if (fn.is_none()) return nullptr;
+  return [fn](Args... args) {
+    py::gil_scoped_acquire hold;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    fn(args...);
+  };
+}
+
+// (ids, stats JSON, explain report).
+py::tuple generate_one(sg::Generator& g, std::vector<std::int64_t> prompt, std::int64_t steps,
+                       double temperature, std::uint64_t seed, std::vector<std::int64_t> stop_ids,
+                       const py::object& on_token) {
+  sg::GenerateOptions o;
+  o.prompt = std::move(prompt);
+  o.steps = steps;
+  o.temperature = temperature;
+  o.seed = seed;
+  o.stop_ids = std::move(stop_ids);
+  o.on_token = callback<std::int64_t>(on_token);
+  sg::GenerateResult r;
+  {
+    py::gil_scoped_release release;
+    r = g.generate(o);
+  }
+  return py::make_tuple(r.ids, r.stats_json(), r.explain);
+}
+
+py::tuple generate_many(sg::Generator& g, std::vector<std::vector<std::int64_t>> prompts,
+                        std::int64_t steps, double temperature, std::uint64_t seed,
+                        std::vector<std::int64_t> stop_ids, const py::object& on_token) {
+  sg::BatchOptions o;
+  o.prompts = std::move(prompts);
+  o.steps = steps;
+  o.temperature = temperature;
+  o.seed = seed;
+  o.stop_ids = std::move(stop_ids);
+  o.on_token = callback<std::size_t, std::int64_t>(on_token);
+  sg::BatchResult r;
+  {
+    py::gil_scoped_release release;
+    r = g.generate_batch(o);
+  }
+  return py::make_tuple(r.ids, r.stats_json(), r.explain);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -376,6 +445,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("pipeline", [](const std::vector<std::pair<std::string, std::string>>& options) {
     return sg::GraphCompiler(config_from(options)).pipeline();
   });
+
+  // Generation (include/sinkgraph/generate.h): python/sinkgraph/generation.py
+  // wraps these. The loop runs with the GIL released; a streaming callback
+  // takes it back for each id, and a Ctrl-C seen there ends the call.
+  py::class_<sg::Generator>(m, "Generator")
+      .def(py::init(&make_generator), py::arg("model"), py::arg("mode"), py::arg("max_batch"),
+           py::arg("capture_sizes"), py::arg("graph_memory_budget"))
+      .def("generate", &generate_one, py::arg("prompt"), py::arg("steps"), py::arg("temperature"),
+           py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"))
+      .def("generate_batch", &generate_many, py::arg("prompts"), py::arg("steps"),
+           py::arg("temperature"), py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"))
+      .def("model_config", [](const sg::Generator& g) { return g.model().config().str(); })
+      .def("mode",
+           [](const sg::Generator& g) { return std::string(sg::mode_name(g.config().mode)); });
 
   py::class_<CompiledGraph>(m, "CompiledGraph")
       .def(py::init<py::function, const std::vector<std::pair<std::string, std::string>>&,

@@ -9,9 +9,9 @@
 
 #include <gtest/gtest.h>
 
-#include "generate.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/dist.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/llama.h"
 
 namespace {
@@ -69,10 +69,9 @@ TEST(llama_tp, stories260k_reproduces_the_reference_ids_in_every_mode) {
     for (const sg::Mode mode :
          {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
       SCOPED_TRACE(static_cast<int>(mode));
-      sg::tools::GenerateOptions o;
+      sg::GenerateOptions o;
       o.steps = static_cast<std::int64_t>(want.size());
-      o.mode = mode;
-      const sg::tools::GenerateResult r = sg::tools::generate(shard, o);
+      const sg::GenerateResult r = sg::generate(shard, o, {mode});
       EXPECT_EQ(r.ids, want);
       if (mode != sg::Mode::eager) {
         EXPECT_EQ(r.decode_counters.captured, 1);
@@ -90,18 +89,16 @@ TEST(llama_tp, random_model_logits_match_one_process) {
   for (const bool shared : {true, false}) {
     c.shared_classifier = shared;
     const models::LlamaModel whole = models::random_model(c, 7);
-    sg::tools::GenerateOptions o;
+    sg::GenerateOptions o;
     o.prompt = {1, 17, 42, 99};
     o.steps = 8;
     o.keep_logits = true;
-    o.mode = sg::Mode::eager;
-    const std::vector<float> want = sg::tools::generate(whole, o).logits;
+    const std::vector<float> want = sg::generate(whole, o, {sg::Mode::eager}).logits;
     for (const models::ClassifierSplit split : kSplits) {
       const models::LlamaModel shard = models::shard_model(whole, my_part(split));
       for (const sg::Mode mode :
            {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
-        o.mode = mode;
-        const std::vector<float> got = sg::tools::generate(shard, o).logits;
+        const std::vector<float> got = sg::generate(shard, o, {mode}).logits;
         ASSERT_EQ(got.size(), want.size());
         float worst = 0;
         for (std::size_t i = 0; i < got.size(); ++i) {

@@ -21,8 +21,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "generate.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/llama.h"
 #include "test_files.h"
 
@@ -145,13 +145,12 @@ const LlamaModel& stories() {
 // The 64 reference rows (bos_logits_64x512.f32) computed by `m`: BOS, then
 // the reference ids teacher-forced.
 std::vector<float> stories_logits(const LlamaModel& m) {
-  tools::GenerateOptions o;
+  GenerateOptions o;
   o.steps = 64;
-  o.mode = Mode::eager;
   o.keep_logits = true;
   const auto want = reference_ids();
   o.forced_ids.assign(want.begin(), want.begin() + 63);
-  return tools::generate(m, o).logits;
+  return generate(m, o, {Mode::eager}).logits;
 }
 
 // ---- stories260K ----
@@ -172,10 +171,9 @@ TEST(models_hf, Stories260KConvertedReproducesTheReferenceInEveryMode) {
     EXPECT_EQ(m.config().n_kv_heads, 4);
     EXPECT_TRUE(m.weights().output.shares_storage(m.weights().tok_embeddings));
     for (const Mode mode : {Mode::eager, Mode::reduce_overhead, Mode::max_autotune}) {
-      tools::GenerateOptions o;
+      GenerateOptions o;
       o.steps = 200;
-      o.mode = mode;
-      EXPECT_EQ(tools::generate(m, o).ids, want) << mode_name(mode);
+      EXPECT_EQ(generate(m, o, {mode}).ids, want) << mode_name(mode);
     }
   }
 }
@@ -239,9 +237,9 @@ TEST(models_hf, HalfPrecisionConversionsStayWithinTheStatedTolerance) {
     save_model(stories(), dir.file("ours.safetensors"), CheckpointFormat::safetensors, c.dtype);
     const float vs_ours =
         max_abs_diff(stories_logits(load_model(dir.file("ours.safetensors"))), got);
-    tools::GenerateOptions o;
+    GenerateOptions o;
     o.steps = 200;
-    const auto greedy = tools::generate(load_model(dir.file("hf")), o).ids;
+    const auto greedy = generate(load_model(dir.file("hf")), o).ids;
     std::size_t same = 0;
     while (same < greedy.size() && greedy[same] == ids[same]) ++same;
     std::cout << "[ measured ] " << dtype_name(c.dtype)
@@ -583,13 +581,11 @@ TEST(models_hf, AttentionBiasesUnderTensorParallelismAndInEveryMode) {
       EXPECT_EQ(a.bv.to_floats(), b.bv.to_floats());
     }
   }
-  tools::GenerateOptions o;
+  GenerateOptions o;
   o.steps = 12;
-  o.mode = Mode::eager;
-  const auto want = tools::generate(whole, o).ids;
+  const auto want = generate(whole, o, {Mode::eager}).ids;
   for (const Mode mode : {Mode::reduce_overhead, Mode::max_autotune}) {
-    o.mode = mode;
-    EXPECT_EQ(tools::generate(whole, o).ids, want) << mode_name(mode);
+    EXPECT_EQ(generate(whole, o, {mode}).ids, want) << mode_name(mode);
   }
 }
 

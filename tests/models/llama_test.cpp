@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include "generate.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/ops.h"
 #include "test_files.h"
 #include "thread_count.h"
@@ -46,11 +46,23 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-sg::tools::GenerateOptions greedy(std::int64_t steps, sg::Mode mode) {
-  sg::tools::GenerateOptions o;
+// A request and the mode of the generator that runs it.
+struct Request : sg::GenerateOptions {
+  sg::Mode mode = sg::Mode::reduce_overhead;
+};
+
+Request greedy(std::int64_t steps, sg::Mode mode) {
+  Request o;
   o.steps = steps;
   o.mode = mode;
   return o;
+}
+
+// A fresh generator in the request's mode: what `sinkgraph generate` runs.
+sg::GenerateResult generate_in(const sg::models::LlamaModel& model, const Request& request) {
+  sg::GeneratorConfig config;
+  config.mode = request.mode;
+  return sg::generate(model, request, config);
 }
 
 using sgtest::ThreadCount;
@@ -64,7 +76,7 @@ TEST(models_llama, greedy_from_bos_reproduces_the_reference_in_every_mode_at_1_a
     sg::set_num_threads(threads);
     for (const sg::Mode mode :
          {sg::Mode::eager, sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
-      const auto r = sg::tools::generate(stories(), greedy(200, mode));
+      const auto r = generate_in(stories(), greedy(200, mode));
       EXPECT_EQ(r.ids, want) << sg::mode_name(mode) << " at " << threads << " threads";
     }
   }
@@ -87,7 +99,7 @@ TEST(models_llama, logits_do_not_depend_on_the_thread_count_in_any_mode) {
     std::vector<float> one;
     for (const int threads : {1, 2, 3}) {
       sg::set_num_threads(threads);
-      const auto r = sg::tools::generate(model, o);
+      const auto r = generate_in(model, o);
       if (threads == 1) {
         one = r.logits;
         ASSERT_FALSE(one.empty());
@@ -103,7 +115,7 @@ TEST(models_llama, max_autotune_plans_the_decoder_within_ten_percent_of_the_live
   // decode graphs); largest-first alone planned 1.12x here once add_rms_norm
   // made the residual sums views of a two-row buffer.
   SKIP_WITHOUT_SHARED();
-  const auto r = sg::tools::generate(stories(), greedy(8, sg::Mode::max_autotune));
+  const auto r = generate_in(stories(), greedy(8, sg::Mode::max_autotune));
   for (const sg::GraphCounters& c : {r.prefill_counters, r.decode_counters}) {
     ASSERT_GT(c.liveness_lower_bound_bytes, 0);
     EXPECT_GE(c.planned_arena_bytes, c.liveness_lower_bound_bytes);
@@ -122,8 +134,8 @@ TEST(models_llama, sampling_on_the_device_is_seeded_and_the_same_chained_or_not)
     chained.seed = 11;
     auto waited = chained;
     waited.chain_on_device = false;
-    const auto c = sg::tools::generate(stories(), chained);
-    const auto w = sg::tools::generate(stories(), waited);
+    const auto c = generate_in(stories(), chained);
+    const auto w = generate_in(stories(), waited);
     EXPECT_TRUE(c.chained_on_device);
     EXPECT_EQ(c.ids, w.ids) << sg::mode_name(mode);
     if (first.empty()) first = c.ids;
@@ -133,10 +145,10 @@ TEST(models_llama, sampling_on_the_device_is_seeded_and_the_same_chained_or_not)
   auto other = greedy(64, sg::Mode::reduce_overhead);
   other.temperature = 0.9;
   other.seed = 12;
-  EXPECT_NE(sg::tools::generate(stories(), other).ids, first);
+  EXPECT_NE(generate_in(stories(), other).ids, first);
   // A temperature near zero samples the greedy reference.
   other.temperature = 1e-4;
-  EXPECT_EQ(sg::tools::generate(stories(), other).ids,
+  EXPECT_EQ(generate_in(stories(), other).ids,
             std::vector<std::int64_t>(want.begin(), want.begin() + 64));
 }
 
@@ -147,8 +159,8 @@ TEST(models_llama, chained_picking_agrees_with_host_waits_and_teacher_forcing_fe
     auto on_device = greedy(64, mode);
     auto on_host = greedy(64, mode);
     on_host.chain_on_device = false;
-    const auto d = sg::tools::generate(stories(), on_device);
-    const auto h = sg::tools::generate(stories(), on_host);
+    const auto d = generate_in(stories(), on_device);
+    const auto h = generate_in(stories(), on_host);
     EXPECT_TRUE(d.chained_on_device) << sg::mode_name(mode);
     EXPECT_FALSE(h.chained_on_device) << sg::mode_name(mode);
     EXPECT_EQ(d.ids, h.ids) << sg::mode_name(mode);
@@ -159,15 +171,15 @@ TEST(models_llama, chained_picking_agrees_with_host_waits_and_teacher_forcing_fe
   auto forced = greedy(64, sg::Mode::reduce_overhead);
   forced.forced_ids.assign(want.begin(), want.begin() + 63);
   forced.keep_logits = true;
-  EXPECT_FALSE(sg::tools::generate(stories(), forced).chained_on_device);
-  EXPECT_LT(max_abs_diff(sg::tools::generate(stories(), forced).logits, reference_logits()), 1e-3F);
+  EXPECT_FALSE(generate_in(stories(), forced).chained_on_device);
+  EXPECT_LT(max_abs_diff(generate_in(stories(), forced).logits, reference_logits()), 1e-3F);
   // ...and forcing other ids changes what the model sees.
   auto zeros = greedy(16, sg::Mode::reduce_overhead);
   zeros.forced_ids.assign(15, 0);
-  const auto z = sg::tools::generate(stories(), zeros);
+  const auto z = generate_in(stories(), zeros);
   EXPECT_NE(z.ids, std::vector<std::int64_t>(want.begin(), want.begin() + 16));
   zeros.forced_ids.assign(3, 0);
-  EXPECT_THROW((void)sg::tools::generate(stories(), zeros), sg::Error);
+  EXPECT_THROW((void)generate_in(stories(), zeros), sg::Error);
 }
 
 TEST(models_llama, logits_match_the_reference_decoding_and_as_one_prompt) {
@@ -176,7 +188,7 @@ TEST(models_llama, logits_match_the_reference_decoding_and_as_one_prompt) {
   // Token by token: BOS, then 63 decode steps (64 rows: P + N - 1).
   auto o = greedy(64, sg::Mode::reduce_overhead);
   o.keep_logits = true;
-  const auto decoded = sg::tools::generate(stories(), o);
+  const auto decoded = generate_in(stories(), o);
   EXPECT_LT(max_abs_diff(decoded.logits, want), 1e-3F);
   // The same 64 tokens as one prompt (prefill), in both modes.
   const auto ids = reference_ids();
@@ -185,7 +197,7 @@ TEST(models_llama, logits_match_the_reference_decoding_and_as_one_prompt) {
     p.keep_logits = true;
     p.prompt = {1};
     p.prompt.insert(p.prompt.end(), ids.begin(), ids.begin() + 63);
-    const auto prefilled = sg::tools::generate(stories(), p);
+    const auto prefilled = generate_in(stories(), p);
     EXPECT_LT(max_abs_diff(prefilled.logits, want), 1e-3F) << sg::mode_name(mode);
   }
 }
@@ -196,8 +208,8 @@ TEST(models_llama, eager_and_reduce_overhead_logits_are_bitwise_equal_and_decode
   e.keep_logits = true;
   auto r = greedy(200, sg::Mode::reduce_overhead);
   r.keep_logits = true;
-  const auto eager = sg::tools::generate(stories(), e);
-  const auto graph = sg::tools::generate(stories(), r);
+  const auto eager = generate_in(stories(), e);
+  const auto graph = generate_in(stories(), r);
   EXPECT_EQ(eager.logits, graph.logits);
   EXPECT_EQ(graph.decode_counters.captured, 1);
   EXPECT_EQ(graph.decode_counters.replayed, 199);
@@ -263,8 +275,7 @@ TEST(models_llama, batched_rows_decode_each_sequence_as_alone_in_every_mode) {
     for (std::size_t b = 0; b < rows; ++b) {
       auto o = greedy(steps, mode);
       o.prompt = prompts[b];
-      EXPECT_EQ(ids[b], sg::tools::generate(model, o).ids)
-          << sg::mode_name(mode) << ", sequence " << b;
+      EXPECT_EQ(ids[b], generate_in(model, o).ids) << sg::mode_name(mode) << ", sequence " << b;
     }
     if (compiled) {
       EXPECT_EQ(compiled->counters().captured, 1) << sg::mode_name(mode);
@@ -280,15 +291,15 @@ TEST(models_llama, prompt_plus_steps_beyond_seq_len_is_refused_before_any_work) 
   auto o = greedy(16, sg::Mode::reduce_overhead);
   o.prompt = {1};
   try {
-    (void)sg::tools::generate(model, o);
+    (void)generate_in(model, o);
     FAIL() << "expected an error";
   } catch (const sg::Error& err) {
     EXPECT_NE(std::string(err.what()).find("seq_len 16"), std::string::npos) << err.what();
   }
   o.steps = 15;
-  EXPECT_EQ(sg::tools::generate(model, o).ids.size(), 15U);
+  EXPECT_EQ(generate_in(model, o).ids.size(), 15U);
   o.prompt = {1, 50};
-  EXPECT_THROW((void)sg::tools::generate(model, o), sg::Error);  // id out of range
+  EXPECT_THROW((void)generate_in(model, o), sg::Error);  // id out of range
 }
 
 TEST(models_llama, half_rope_and_gqa_random_models_agree_across_modes) {
@@ -300,11 +311,11 @@ TEST(models_llama, half_rope_and_gqa_random_models_agree_across_modes) {
     e.keep_logits = true;
     auto r = e;
     r.mode = sg::Mode::reduce_overhead;
-    EXPECT_EQ(sg::tools::generate(model, e).logits, sg::tools::generate(model, r).logits);
+    EXPECT_EQ(generate_in(model, e).logits, generate_in(model, r).logits);
   }
 }
 
-// Note [Non-finite logits] in tools/generate.cpp: an infinite embedding row
+// Note [Non-finite logits] in src/generation/generate.cpp: an infinite embedding row
 // turns the logits of every position from the one that feeds its token on
 // into NaN. generate must refuse them, naming the first such position, in
 // every mode, whether tokens chain on the device or the host reads each one
@@ -316,7 +327,7 @@ TEST(models_llama, non_finite_logits_are_an_error_naming_the_first_position_in_e
       11);
   auto o = greedy(10, sg::Mode::eager);
   o.prompt = {3};
-  const std::vector<std::int64_t> ids = sg::tools::generate(model, o).ids;
+  const std::vector<std::int64_t> ids = generate_in(model, o).ids;
   // The first generated id, after the first, seen for the first time: fed
   // at position (prompt length + its index).
   std::size_t k = 1;
@@ -330,10 +341,10 @@ TEST(models_llama, non_finite_logits_are_an_error_naming_the_first_position_in_e
     if (name == "tok_embeddings.weight")
       (void)sg::ops::fill_(sg::ops::narrow(*t, 0, poisoned, 1), INFINITY);
   }
-  const auto expect_error_at = [&](const sg::tools::GenerateOptions& opts, std::int64_t position,
+  const auto expect_error_at = [&](const Request& opts, std::int64_t position,
                                    const std::string& what) {
     try {
-      (void)sg::tools::generate(model, opts);
+      (void)generate_in(model, opts);
       ADD_FAILURE() << what << ": expected an error at position " << position;
     } catch (const sg::Error& err) {
       const std::string message = err.what();
@@ -361,7 +372,7 @@ TEST(models_llama, non_finite_logits_are_an_error_naming_the_first_position_in_e
     expect_error_at(sampled, 1, name + ", sampled");
     auto clean = chained;
     clean.steps = 1;
-    EXPECT_EQ(sg::tools::generate(model, clean).ids, std::vector<std::int64_t>{ids[0]}) << name;
+    EXPECT_EQ(generate_in(model, clean).ids, std::vector<std::int64_t>{ids[0]}) << name;
   }
 }
 

@@ -2,6 +2,7 @@
 // Helpers shared by the checkpoint tests: a temporary folder and an
 // expectation on a sinkgraph::Error's message.
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <stdlib.h>
 #include <string>

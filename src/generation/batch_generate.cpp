@@ -1,20 +1,18 @@
-#include "batch_generate.h"
-
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
-#include <set>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "counter_stats.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
+#include "state.h"
 
-namespace sinkgraph::tools {
+namespace sinkgraph {
 
 // Note [Continuous batching]
 // The KV cache has one slot per sequence decoded together (max_batch of
@@ -55,21 +53,17 @@ std::uint64_t prompt_seed(std::uint64_t seed, std::size_t index) {
   return seed + 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(index);
 }
 
-BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions& options) {
+BatchResult Generator::generate_batch(const BatchOptions& options) {
+  State& state = *state_;
+  const models::LlamaModel& model = state.model;
+  const GeneratorConfig& config = state.config;
   const models::LlamaConfig& c = model.config();
   SG_CHECK(!options.prompts.empty(), "generate: no prompts (the prompts file has no lines)");
   SG_CHECK(options.steps >= 1, "generate: --steps must be >= 1, got ", options.steps);
-  SG_CHECK(options.max_batch >= 1, "generate: --max-batch must be >= 1, got ", options.max_batch);
-  SG_CHECK(!options.capture_sizes.empty(), "generate: --capture-sizes needs at least one size");
-  for (std::size_t i = 0; i < options.capture_sizes.size(); ++i) {
-    SG_CHECK(options.capture_sizes[i] >= 1 &&
-                 (i == 0 || options.capture_sizes[i] > options.capture_sizes[i - 1]),
-             "generate: --capture-sizes must be increasing sizes >= 1");
-  }
-  SG_CHECK(!options.stop_id || (*options.stop_id >= 0 && *options.stop_id < c.vocab_size),
-           "generate: --stop-id ", options.stop_id.value_or(0),
-           " is out of range for a vocabulary of ", c.vocab_size);
-  std::int64_t longest = 0;
+  SG_CHECK(std::isfinite(options.temperature) && options.temperature >= 0,
+           "generate: temperature must be a finite value >= 0, got ", options.temperature);
+  check_stop_ids(options.stop_ids, c.vocab_size);
+  std::int64_t longest = 0, prompt_tokens = 0;
   for (std::size_t i = 0; i < options.prompts.size(); ++i) {
     const auto& p = options.prompts[i];
     const auto n = static_cast<std::int64_t>(p.size());
@@ -82,46 +76,33 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
                id, " is out of range for a vocabulary of ", c.vocab_size);
     }
     longest = std::max(longest, n);
+    prompt_tokens += n;
   }
   const std::int64_t positions = longest + options.steps;
-  const auto& sizes = options.capture_sizes;
-  // Slots: max_batch, rounded up to the bucket that holds them.
-  const auto holding = std::lower_bound(sizes.begin(), sizes.end(), options.max_batch);
-  const std::int64_t slots = holding == sizes.end() ? options.max_batch : *holding;
+  const auto& sizes = config.capture_sizes;
+  const std::int64_t slots = state.slots;
 
+  const std::lock_guard<std::mutex> lock(state.mutex);
   BatchResult result;
+  result.mode = config.mode;
+  result.prompt_tokens = prompt_tokens;
+  result.max_batch = config.max_batch;
+  result.graph_memory_budget = config.graph_memory_budget;
   result.ids.resize(options.prompts.size());
   Stream& stream = current_stream();
   stream.synchronize();
   cpu().allocator().reset_peak();
 
-  std::shared_ptr<CompiledFunction> prefill, decode;
-  const TracedFn prefill_fn = model.as_function();
-  const TracedFn decode_fn = model.as_batched_function();
-  if (options.mode != Mode::eager) {
-    CompilerConfig config;
-    config.mode = options.mode;
-    if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
-    config.capture_limit =
-        std::max<std::int64_t>(config.capture_limit, static_cast<std::int64_t>(sizes.size()));
-    config.capture_sizes = sizes;
-    config.graph_memory_budget = options.graph_memory_budget;
-    auto backend = get_backend(config);
-    TraceOptions p;
-    p.graph_name = "prefill";
-    p.arg_names = {"tokens", "pos0", "kv_cache"};
-    p.dynamic_dims[0] = {0};
-    p.parameters = [&model] { return model.named_parameters(); };
-    prefill = compile(prefill_fn, backend, p);
-    TraceOptions d;
-    d.graph_name = "decode";
-    d.arg_names = {"tokens", "pos", "kv_cache"};
-    d.parameters = p.parameters;
-    decode = compile(decode_fn, backend, d);
-  }
+  state.compile_batch_decode();
+  const std::shared_ptr<CompiledFunction>& prefill = state.prefill;
+  const std::shared_ptr<CompiledFunction>& decode = state.batch_decode;
+  const TracedFn& prefill_fn = state.fn;
+  const TracedFn& decode_fn = state.batched_fn;
 
-  const Tensor kv = model.new_batched_kv_cache(slots, positions);
-  const Tensor scratch = model.new_kv_cache(positions);  // one prompt's prefill
+  // Both caches are the generator's, kept for later calls (Note [One
+  // generator, many calls]).
+  const Tensor kv = state.batch_cache(positions);
+  const Tensor scratch = state.cache(positions);  // one prompt's prefill
   result.kv_cache_bytes = (kv.numel() + scratch.numel()) * static_cast<std::int64_t>(sizeof(float));
   result.model = model_facts(model);
 
@@ -135,7 +116,7 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   const auto finished = [&](std::size_t prompt) {
     const auto& ids = result.ids[prompt];
     return static_cast<std::int64_t>(ids.size()) >= options.steps ||
-           (options.stop_id && !ids.empty() && ids.back() == *options.stop_id);
+           (!ids.empty() && is_stop(options.stop_ids, ids.back()));
   };
 
   std::deque<std::size_t> waiting;
@@ -144,7 +125,7 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   // Fills free slots (lowest first) from the waiting prompts: prefill alone,
   // copy the prompt's cache rows into the slot, keep it if it goes on.
   const auto admit = [&] {
-    for (std::int64_t s = 0; s < options.max_batch && !waiting.empty(); ++s) {
+    for (std::int64_t s = 0; s < config.max_batch && !waiting.empty(); ++s) {
       Live& slot = live[static_cast<std::size_t>(s)];
       if (slot.active) continue;
       const std::size_t index = waiting.front();
@@ -158,8 +139,10 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
       const Tensor bad = ops::count_nonfinite(last);  // Note [Non-finite logits]
       ops::copy_(ops::narrow(ops::squeeze(ops::narrow(kv, 0, s, 1), 0), 2, 0, n),
                  ops::narrow(scratch, 2, 0, n));
-      result.ids[index].push_back(pick(last, index, n - 1));
+      const std::int64_t first = pick(last, index, n - 1);
       check_finite_logits(bad.to_ints()[0], n - 1, c.vocab_size);
+      result.ids[index].push_back(first);
+      if (options.on_token) options.on_token(index, first);
       result.prefill_seconds += seconds_since(t0);
       if (finished(index)) {
         --s;  // the slot is still free
@@ -173,38 +156,41 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   // captured unless the buckets' pools have reached graph_memory_budget;
   // then it, and any later new bucket, runs eagerly (warned once).
   std::vector<std::int64_t> tokens, pos;
-  std::set<std::int64_t> eager_buckets;
   const auto step = [&](std::int64_t bucket) {
     const std::vector<Arg> args{Tensor::from_ints(tokens, {bucket}),
                                 Tensor::from_ints(pos, {bucket}), kv};
     const bool listed = std::binary_search(sizes.begin(), sizes.end(), bucket);
-    const bool known = result.bucket_pool_bytes.contains(bucket);
-    bool graph = decode && listed && !eager_buckets.contains(bucket);
-    if (graph && !known && options.graph_memory_budget > 0 &&
-        decode->counters().pool_reserved_bytes >= options.graph_memory_budget) {
+    const bool known = state.bucket_pool_bytes.contains(bucket);
+    bool graph = decode && listed && !state.eager_buckets.contains(bucket);
+    if (graph && !known && config.graph_memory_budget > 0 &&
+        decode->counters().pool_reserved_bytes >= config.graph_memory_budget) {
       graph = false;
-      eager_buckets.insert(bucket);
+      state.eager_buckets.insert(bucket);
       result.notes.push_back(fmt::format(
           "graph_memory_budget: the bucket graphs' pools hold {} bytes of the {} allowed; bucket "
           "{} runs eagerly",
-          decode->counters().pool_reserved_bytes, options.graph_memory_budget, bucket));
+          decode->counters().pool_reserved_bytes, config.graph_memory_budget, bucket));
     }
     if (!graph) return decode_fn(args)[0];
     const std::int64_t pool_before = decode->counters().pool_reserved_bytes;
     const std::int64_t captured_before = decode->counters().captured;
     Tensor logits = (*decode)(args)[0];
     if (decode->counters().captured > captured_before) {
-      result.bucket_pool_bytes[bucket] = decode->counters().pool_reserved_bytes - pool_before;
+      state.bucket_pool_bytes[bucket] = decode->counters().pool_reserved_bytes - pool_before;
       ++result.batch_buckets_captured;
     }
     return logits;
   };
-  if (options.warmup_buckets && decode) {
-    // Every bucket the slots can use, smallest first (so a budget leaves the
-    // largest eager). Rows at position 0 write their slots' position 0, which
-    // each prompt's prefill overwrites before the slot is read.
+  if (config.warmup_buckets && decode) {
+    // Every bucket the slots can use not captured by an earlier call,
+    // smallest first (so a budget leaves the largest eager). Rows at position
+    // 0 write their slots' position 0, which each prompt's prefill overwrites
+    // before the slot is read.
     for (const std::int64_t bucket : sizes) {
       if (bucket > slots) break;
+      if (state.bucket_pool_bytes.contains(bucket) || state.eager_buckets.contains(bucket)) {
+        continue;
+      }
       tokens.assign(static_cast<std::size_t>(bucket), 0);
       pos.assign(static_cast<std::size_t>(bucket), 0);
       (void)step(bucket);
@@ -243,6 +229,7 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
                                   ? next[static_cast<std::size_t>(s)]
                                   : pick(ops::slice(logits, 0, s, s + 1), l.prompt, l.pos);
       result.ids[l.prompt].push_back(id);
+      if (options.on_token) options.on_token(l.prompt, id);
       ++result.decode_tokens;
       l.token = id;
       ++l.pos;
@@ -255,6 +242,7 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   }
 
   stream.synchronize();
+  result.bucket_pool_bytes = state.bucket_pool_bytes;
   result.peak_allocated_bytes = cpu().allocator().stats().peak_allocated_bytes;
   FunctionReports reports = report_functions(prefill.get(), decode.get());
   result.prefill_counters = reports.prefill;
@@ -264,19 +252,22 @@ BatchResult generate_batched(const models::LlamaModel& model, const BatchOptions
   return result;
 }
 
-std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) {
-  std::int64_t prompt_tokens = 0, generated = 0;
-  for (const auto& p : options.prompts) prompt_tokens += static_cast<std::int64_t>(p.size());
-  for (const auto& ids : r.ids) generated += static_cast<std::int64_t>(ids.size());
-  const double decode_tps =
-      r.decode_seconds > 0 ? static_cast<double>(r.decode_tokens) / r.decode_seconds : 0.0;
+double BatchResult::decode_tokens_per_s() const {
+  return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0;
+}
+
+std::string BatchResult::stats_json() const {
+  const BatchResult& r = *this;
+  std::int64_t generated = 0;
+  for (const auto& i : r.ids) generated += static_cast<std::int64_t>(i.size());
+  const double decode_tps = decode_tokens_per_s();
   nlohmann::json j;
-  j["mode"] = mode_name(options.mode);
-  j["prompts"] = options.prompts.size();
-  j["prompt_tokens"] = prompt_tokens;
+  j["mode"] = mode_name(r.mode);
+  j["prompts"] = r.ids.size();
+  j["prompt_tokens"] = r.prompt_tokens;
   j["generated_tokens"] = generated;
   j["prefill_tokens_per_s"] =
-      r.prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / r.prefill_seconds : 0.0;
+      r.prefill_seconds > 0 ? static_cast<double>(r.prompt_tokens) / r.prefill_seconds : 0.0;
   j["decode_tokens_per_s"] = decode_tps;
   j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
   j["decode_steps"] = r.decode_steps;
@@ -286,12 +277,13 @@ std::string batch_stats_json(const BatchOptions& options, const BatchResult& r) 
   j["bucket_pool_bytes"] = buckets;
   add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
                     r.kv_cache_bytes, r.model);
-  j["max_batch"] = options.max_batch;
-  j["graph_memory_budget"] = options.graph_memory_budget;
+  j["max_batch"] = r.max_batch;
+  j["graph_memory_budget"] = r.graph_memory_budget;
   return j.dump();
 }
 
-std::string bucket_report(const BatchResult& r) {
+std::string BatchResult::bucket_report() const {
+  const BatchResult& r = *this;
   std::string out = "== decode buckets ==\n";
   std::size_t i = 0;
   while (i < r.step_buckets.size()) {
@@ -305,4 +297,4 @@ std::string bucket_report(const BatchResult& r) {
   return out;
 }
 
-}  // namespace sinkgraph::tools
+}  // namespace sinkgraph

@@ -1,19 +1,17 @@
-#include "generate.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
 
-#include "counter_stats.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/event.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
+#include "state.h"
 
-namespace sinkgraph::tools {
+namespace sinkgraph {
 
 namespace {
 
@@ -58,7 +56,9 @@ void check_finite_logits(std::int64_t nonfinite, std::int64_t position, std::int
            "is picked from them");
 }
 
-GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& options) {
+GenerateResult Generator::generate(const GenerateOptions& options) {
+  State& state = *state_;
+  const models::LlamaModel& model = state.model;
   const models::LlamaConfig& c = model.config();
   const auto p = static_cast<std::int64_t>(options.prompt.size());
   SG_CHECK(p >= 1, "generate: the prompt needs at least one token id");
@@ -67,6 +67,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   SG_CHECK(p <= c.max_seq_len && options.steps <= c.max_seq_len - p, "generate: prompt (", p,
            " tokens) plus steps (", options.steps, ") is beyond the model's seq_len ",
            c.max_seq_len);
+  SG_CHECK(std::isfinite(options.temperature) && options.temperature >= 0,
+           "generate: temperature must be a finite value >= 0, got ", options.temperature);
   SG_CHECK(options.forced_ids.empty() ||
                static_cast<std::int64_t>(options.forced_ids.size()) >= options.steps - 1,
            "generate: teacher forcing needs ", options.steps - 1,
@@ -75,25 +77,37 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     SG_CHECK(id >= 0 && id < c.vocab_size, "generate: forced id ", id,
              " is out of range for a vocabulary of ", c.vocab_size);
   }
-  SG_CHECK(!options.stop_id || (*options.stop_id >= 0 && *options.stop_id < c.vocab_size),
-           "generate: --stop-id ", options.stop_id.value_or(0),
-           " is out of range for a vocabulary of ", c.vocab_size, " (it could never be generated)");
+  check_stop_ids(options.stop_ids, c.vocab_size);
   for (std::size_t i = 0; i < options.prompt.size(); ++i) {
     SG_CHECK(options.prompt[i] >= 0 && options.prompt[i] < c.vocab_size, "generate: prompt id ",
              options.prompt[i], " at index ", i, " is out of range for a vocabulary of ",
              c.vocab_size);
   }
 
+  const std::lock_guard<std::mutex> lock(state.mutex);
   GenerateResult result;
+  result.mode = state.config.mode;
+  result.prompt_tokens = p;
   Stream& stream = current_stream();
   stream.synchronize();
   cpu().allocator().reset_peak();
+  // Tracing is switched off however the call ends.
+  struct TracingOff {
+    Stream* stream = nullptr;
+    ~TracingOff() {
+      if (stream != nullptr) stream->set_tracing(false);
+    }
+  } tracing_off;
   if (options.trace) {
     (void)stream.take_spans();
     stream.set_tracing(true);
+    tracing_off.stream = &stream;
   }
-  std::int64_t captures_seen = 0;
-  std::shared_ptr<CompiledFunction> prefill, decode;
+  state.compile_prefill_and_decode();
+  const std::shared_ptr<CompiledFunction>& prefill = state.prefill;
+  const std::shared_ptr<CompiledFunction>& decode = state.decode;
+  std::int64_t captures_seen =
+      prefill ? prefill->counters().captured + decode->counters().captured : 0;
   // Host spans of each step; a step that captured a graph says so.
   const auto mark = [&](const std::string& name, std::int64_t start) {
     if (!options.trace) return;
@@ -106,32 +120,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     result.trace.push_back({label, "host: steps", start, now_ns()});
   };
 
-  const TracedFn fn = model.as_function();
-  if (options.mode != Mode::eager) {
-    CompilerConfig config;
-    config.mode = options.mode;
-    // generate never modifies or moves the weights after compiling, so they
-    // are frozen; max-autotune's projection merge needs it (Note [Merged
-    // weights are copies] in src/passes/pattern_fusion.cpp).
-    if (options.mode == Mode::max_autotune) config.frozen_parameter = true;
-    auto backend = get_backend(config);
-    TraceOptions prefill_options;
-    prefill_options.graph_name = "prefill";
-    prefill_options.arg_names = {"tokens", "pos0", "kv_cache"};
-    prefill_options.dynamic_dims[0] = {0};
-    prefill_options.parameters = [&model] { return model.named_parameters(); };
-    // max-autotune keeps its post-pass graphs beside its generated code, so
-    // a restart skips tracing and the passes as well as the compiler (Note
-    // [Saved graphs] in src/compiler/saved_graphs.cpp).
-    if (options.mode == Mode::max_autotune) prefill_options.cache_key = model.trace_key();
-    prefill = compile(fn, backend, prefill_options);
-    TraceOptions decode_options;
-    decode_options.graph_name = "decode";
-    decode_options.arg_names = {"token", "pos", "kv_cache"};
-    decode_options.parameters = prefill_options.parameters;
-    decode_options.cache_key = prefill_options.cache_key;
-    decode = compile(fn, backend, decode_options);
-  }
+  const TracedFn& fn = state.fn;
   const auto run = [&](const std::shared_ptr<CompiledFunction>& compiled, const Tensor& tokens,
                        std::int64_t pos, const Tensor& kv) {
     const std::vector<Arg> args{tokens, SymInt(pos), kv};
@@ -139,8 +128,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   };
 
   // Sized by the work asked for, not the model's max_seq_len (a model may
-  // allow a million positions; 4 tokens need 5 rows).
-  const Tensor kv = model.new_kv_cache(p + options.steps);
+  // allow a million positions; 4 tokens need 5 rows); kept for later calls.
+  const Tensor kv = state.cache(p + options.steps);
   result.kv_cache_bytes = kv.numel() * static_cast<std::int64_t>(dtype_size(kv.dtype()));
   result.model = model_facts(model);
 
@@ -160,8 +149,8 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   if (options.on_token) options.on_token(next);
 
   // Decode: one token per step. The first step is not timed (it captures).
-  const bool on_device = options.chain_on_device && !options.stop_id && !options.keep_logits &&
-                         options.forced_ids.empty() && !options.on_token;
+  const bool on_device = options.chain_on_device && options.stop_ids.empty() &&
+                         !options.keep_logits && options.forced_ids.empty() && !options.on_token;
   result.chained_on_device = on_device;
   std::chrono::steady_clock::time_point decode_start;
   if (on_device) {
@@ -195,7 +184,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
     }
   } else {
     for (std::int64_t step = 1; step < options.steps; ++step) {
-      if (options.stop_id && next == *options.stop_id) break;
+      if (is_stop(options.stop_ids, next)) break;
       if (step == 2) decode_start = std::chrono::steady_clock::now();
       span_start = now_ns();
       const auto step_start = std::chrono::steady_clock::now();
@@ -230,6 +219,7 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   result.explain_full = std::move(reports.explain_full);
   if (options.trace) {
     stream.set_tracing(false);
+    tracing_off.stream = nullptr;
     for (const KernelSpan& s : stream.take_spans()) {
       result.trace.push_back({s.name, s.host ? "host: launches" : "device: stream " + stream.name(),
                               s.start_ns, s.end_ns});
@@ -238,70 +228,32 @@ GenerateResult generate(const models::LlamaModel& model, const GenerateOptions& 
   return result;
 }
 
-std::string stats_json(const GenerateOptions& options, const GenerateResult& r) {
-  const double decode_tps =
-      r.decode_seconds > 0 ? static_cast<double>(r.timed_decode_steps) / r.decode_seconds : 0.0;
+double GenerateResult::decode_tokens_per_s() const {
+  return decode_seconds > 0 ? static_cast<double>(timed_decode_steps) / decode_seconds : 0.0;
+}
+
+std::string GenerateResult::stats_json() const {
+  const double decode_tps = decode_tokens_per_s();
   nlohmann::json j;
-  j["mode"] = mode_name(options.mode);
-  j["prompt_tokens"] = options.prompt.size();
-  j["generated_tokens"] = r.ids.size();
+  j["mode"] = mode_name(mode);
+  j["prompt_tokens"] = prompt_tokens;
+  j["generated_tokens"] = ids.size();
   j["prefill_tokens_per_s"] =
-      r.prefill_seconds > 0 ? static_cast<double>(options.prompt.size()) / r.prefill_seconds : 0.0;
+      prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0.0;
   j["decode_tokens_per_s"] = decode_tps;
   j["decode_us_per_token"] = decode_tps > 0 ? 1e6 / decode_tps : 0.0;
-  add_counter_stats(j, r.prefill_counters, r.decode_counters, r.peak_allocated_bytes,
-                    r.kv_cache_bytes, r.model);
+  add_counter_stats(j, prefill_counters, decode_counters, peak_allocated_bytes, kv_cache_bytes,
+                    model);
   return j.dump();
 }
 
-FunctionReports report_functions(const CompiledFunction* prefill, const CompiledFunction* decode) {
-  FunctionReports r;
-  if (prefill == nullptr || decode == nullptr) return r;
-  r.prefill = prefill->counters();
-  r.decode = decode->counters();
-  r.explain =
-      "== prefill ==\n" + prefill->explain(false) + "== decode ==\n" + decode->explain(false);
-  r.explain_full =
-      "== prefill ==\n" + prefill->explain(true) + "== decode ==\n" + decode->explain(true);
-  return r;
-}
-
-ModelFacts model_facts(const models::LlamaModel& model) {
-  return {model.weight_bytes(), model.tensor_parallel().size};
-}
-
-void add_counter_stats(nlohmann::json& j, const GraphCounters& prefill, const GraphCounters& decode,
-                       std::int64_t peak_allocated_bytes, std::int64_t kv_cache_bytes,
-                       const ModelFacts& model) {
-  GraphCounters sum = prefill;
-  sum += decode;
-  j["captured"] = sum.captured;
-  j["replayed"] = sum.replayed;
-  j["prefill_captured"] = prefill.captured;
-  j["decode_captured"] = decode.captured;
-  j["recapture_due_to_mutated_input_change"] = sum.recapture_due_to_mutated_input_change;
-  j["recapture_due_to_parameter_change"] = sum.recapture_due_to_parameter_change;
-  j["recapture_due_to_force_recapture"] = sum.recapture_due_to_force_recapture;
-  j["eager_fallback_due_to_capture_limit"] = sum.eager_fallback_due_to_capture_limit;
-  j["pool_reserved_bytes"] = sum.pool_reserved_bytes;
-  j["peak_allocated_bytes"] = peak_allocated_bytes;
-  j["kv_cache_bytes"] = kv_cache_bytes;
-  // max-autotune's code generation: kernels in the decode graph, and regions
-  // of both functions served by the compile cache.
-  j["codegen_kernels"] = decode.codegen_kernels;
-  j["compile_cache_hits"] = sum.compile_cache_hits;
-  j["threads"] = num_threads();
-  j["weight_bytes"] = model.weight_bytes;
-  j["tp_size"] = model.tp_size;
-}
-
-std::string chrome_trace_json(const GenerateResult& r) {
+std::string GenerateResult::chrome_trace_json() const {
   // Complete ("X") events in microseconds, one thread id per track.
   nlohmann::json events = nlohmann::json::array();
   std::vector<std::string> tracks;
   std::int64_t origin = 0;
-  for (const auto& e : r.trace) origin = origin == 0 ? e.start_ns : std::min(origin, e.start_ns);
-  for (const auto& e : r.trace) {
+  for (const auto& e : trace) origin = origin == 0 ? e.start_ns : std::min(origin, e.start_ns);
+  for (const auto& e : trace) {
     auto it = std::find(tracks.begin(), tracks.end(), e.track);
     if (it == tracks.end()) {
       tracks.push_back(e.track);
@@ -328,4 +280,4 @@ std::string chrome_trace_json(const GenerateResult& r) {
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
-}  // namespace sinkgraph::tools
+}  // namespace sinkgraph
