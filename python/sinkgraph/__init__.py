@@ -20,8 +20,8 @@ from .generation import GenerationResult, Generator, generate
 from .visibility import counters, explain, reset_counters
 
 __all__ = ["Backend", "CompilerConfig", "Error", "GenerationResult", "Generator", "counters",
-           "explain", "generate", "get_backend", "onednn_built", "reset_counters",
-           "set_log_level", "set_use_onednn", "use_onednn"]
+           "explain", "generate", "get_backend", "num_threads", "onednn_built", "reset_counters",
+           "set_log_level", "set_num_threads", "set_use_onednn", "use_onednn"]
 
 __version__ = _C.version()
 
@@ -31,6 +31,19 @@ def set_log_level(level):
     compile, trace, capture, re-capture and fallback as it happens) or "debug";
     the environment variable SINKGRAPH_LOG sets the starting level."""
     _C.set_log_level(level)
+
+
+def set_num_threads(threads):
+    """The compute threads sinkgraph's kernels may split their work across,
+    the stream's worker included (1 to 1024; the default is the environment
+    variable SINKGRAPH_NUM_THREADS, else the cores this process may use).
+    Applies from the next kernel that runs, replays included."""
+    _C.set_num_threads(int(threads))
+
+
+def num_threads():
+    """The compute thread count set_num_threads sets."""
+    return _C.num_threads()
 
 
 def set_use_onednn(use):

@@ -19,6 +19,7 @@
 
 #include "dlpack.h"
 #include "sinkgraph/compiler.h"
+#include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/generate.h"
 #include "sinkgraph/ir.h"
@@ -410,6 +411,8 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& name) { sg::set_log_level(sg::parse_log_level(name)); },
       py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
   m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
+  m.def("set_num_threads", &sg::set_num_threads, py::arg("threads"));
+  m.def("num_threads", &sg::num_threads);
   m.def("set_use_onednn", &sg::ops::set_use_onednn, py::arg("use"));
   m.def("use_onednn", &sg::ops::use_onednn);
   m.def("onednn_built", &sg::ops::onednn_built);

@@ -168,3 +168,19 @@ def test_threads_share_one_generator_and_each_gets_its_own_ids():
     for t in threads:
         t.join()
     assert not errors and not wrong
+
+
+def test_the_thread_count_changes_no_id_and_bad_counts_are_refused():
+    before = sinkgraph.num_threads()
+    gen = sinkgraph.Generator("builtin", mode="max-autotune")
+    try:
+        got = {}
+        for t in (1, 2, 3):
+            sinkgraph.set_num_threads(t)
+            assert sinkgraph.num_threads() == t
+            got[t] = gen.generate([[1, 2], [3]], max_new_tokens=12).ids
+        assert got[1] == got[2] == got[3]
+        with pytest.raises(sinkgraph.Error, match="1024"):
+            sinkgraph.set_num_threads(0)
+    finally:
+        sinkgraph.set_num_threads(before)
