@@ -84,3 +84,76 @@ TEST(ops_vec, max_matches_a_sequential_std_max) {
 }
 
 }  // namespace
+
+// Note [Two vectors of eight in one register]: whichever loop this build
+// compiles (two 8-float vectors, or one 16-float register on AVX-512), the
+// sums are those of the documented order, emulated here one lane at a time:
+// lane l of p sums elements 16c + l, lane l of q elements 16c + 8 + l, the
+// leftover 8-chunk goes to p, then the lanes pairwise, then the tail in
+// sequence. dot4_rows keeps one vector per pair (8-chunk c, lane l).
+float lane_fma(float a, float b, float c) {
+#if defined(__FMA__) || defined(__FP_FAST_FMAF)
+  return std::fma(a, b, c);
+#else
+  return c + a * b;
+#endif
+}
+
+float lanes_sum(const float (&v)[8]) {
+  return (((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])));
+}
+
+float documented_dot(const float* a, const float* b, std::int64_t n) {
+  float p[8] = {}, q[8] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 8; ++l) {
+      p[l] = lane_fma(a[i + l], b[i + l], p[l]);
+      q[l] = lane_fma(a[i + 8 + l], b[i + 8 + l], q[l]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) p[l] = lane_fma(a[i + l], b[i + l], p[l]);
+  }
+  float pq[8];
+  for (int l = 0; l < 8; ++l) pq[l] = p[l] + q[l];
+  float s = lanes_sum(pq);
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+float documented_dot4(const float* w, const float* x, std::int64_t n) {
+  float acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] = lane_fma(w[i + l], x[i + l], acc[l]);
+  }
+  float s = lanes_sum(acc);
+  for (; i < n; ++i) s = std::fma(w[i], x[i], s);
+  return s;
+}
+
+TEST(ops_vec, dot_kernels_sum_in_the_documented_order_bitwise) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+  for (const std::int64_t n : {1, 7, 8, 15, 16, 24, 40, 64, 288, 301}) {
+    SCOPED_TRACE(n);
+    std::vector<float> w(static_cast<std::size_t>(4 * n)), x(static_cast<std::size_t>(4 * n));
+    for (auto& v : w) v = u(rng);
+    for (auto& v : x) v = u(rng);
+    const float* xs[4] = {x.data(), x.data() + n, x.data() + 2 * n, x.data() + 3 * n};
+    EXPECT_EQ(vec::dot(w.data(), x.data(), n), documented_dot(w.data(), x.data(), n));
+    float rows[4];
+    float* outs[4] = {&rows[0], &rows[1], &rows[2], &rows[3]};
+    vec::dot_rows<4>(w.data(), xs, n, outs);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(rows[j], documented_dot(w.data(), xs[j], n)) << j;
+    float grid[3][4];
+    float* gouts[3] = {grid[0], grid[1], grid[2]};
+    vec::dot4_rows<3>(w.data(), n, xs, n, gouts);
+    for (int j = 0; j < 3; ++j) {
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(grid[j][r], documented_dot4(w.data() + r * n, xs[j], n)) << j << ", " << r;
+      }
+    }
+  }
+}

@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#if defined(__FMA__) && defined(__AVX__)
+#if (defined(__FMA__) && defined(__AVX__)) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -68,11 +68,42 @@ inline F8 splat(float x) { return F8{x, x, x, x, x, x, x, x}; }
 #define SG_LANE_SUM(v) \
   ((((v)[0] + (v)[4]) + ((v)[1] + (v)[5])) + (((v)[2] + (v)[6]) + ((v)[3] + (v)[7])))
 
+// Note [Two vectors of eight in one register]
+// dot() and dot_rows() keep two vectors of eight partial sums per product:
+// p sums the 8-float chunks 0, 2, 4, ... of the row, q the chunks 1, 3, 5,
+// ... So 16 consecutive floats are one chunk for p and the next for q, and
+// on a CPU with AVX-512 the pair lives in one 16-float register (p in the
+// low half, q in the high): one load of 16 floats and one multiply-add per
+// operand do the work of two of each, lane by lane the same fused
+// multiply-add in the same order, so every sum is bitwise what the 8-lane
+// loop gives (and the callers' guarantees, a row the same alone or among
+// others, eager and replay alike, stand). A decode step's products are
+// bound by those loads: at 16 rows of a batch the row kernel issued ten
+// loads per eight multiply-adds. Which loop is compiled is this build's
+// target (-march=native), as for fmadd().
+#if defined(__AVX512F__)
+// p and q from the two halves of a 16-float register.
+// (GCC's shuffles: its cast intrinsic trips -Wmaybe-uninitialized.)
+inline void split_halves(__m512 v, F8& lo, F8& hi) {
+  using F16 = float __attribute__((vector_size(64)));
+  const auto w = static_cast<F16>(v);
+  lo = __builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7);
+  hi = __builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
+
 // sum_i a[i] * b[i], in lanes (two vectors of partial sums per step, so two
-// multiply-adds are in flight).
+// multiply-adds are in flight; Note [Two vectors of eight in one register]).
 inline float dot(const float* a, const float* b, std::int64_t n) {
   F8 acc0 = {}, acc1 = {};
   std::int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 pq = _mm512_setzero_ps();
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    pq = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), pq);
+  }
+  split_halves(pq, acc0, acc1);
+#else
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     F8 a0, b0, a1, b1;
     std::memcpy(&a0, a + i, sizeof a0);
@@ -82,6 +113,7 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
     acc0 = fmadd(a0, b0, acc0);
     acc1 = fmadd(a1, b1, acc1);
   }
+#endif
   for (; i + kLanes <= n; i += kLanes) {
     F8 va, vb;
     std::memcpy(&va, a + i, sizeof va);
@@ -104,6 +136,18 @@ template <int R>
 inline void dot_rows(const float* a, const float* const* b, std::int64_t n, float* const* out) {
   F8 p[R] = {}, q[R] = {};
   std::int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 pq[R];
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) pq[j] = _mm512_setzero_ps();
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const __m512 va = _mm512_loadu_ps(a + i);
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) pq[j] = _mm512_fmadd_ps(va, _mm512_loadu_ps(b[j] + i), pq[j]);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) split_halves(pq[j], p[j], q[j]);
+#else
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     F8 a0, a1;
     std::memcpy(&a0, a + i, sizeof a0);
@@ -117,6 +161,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
       q[j] = fmadd(a1, u1, q[j]);
     }
   }
+#endif
   for (; i + kLanes <= n; i += kLanes) {
     F8 va;
     std::memcpy(&va, a + i, sizeof va);
