@@ -147,6 +147,14 @@ TEST(ops_vec, dot_kernels_sum_in_the_documented_order_bitwise) {
     float* outs[4] = {&rows[0], &rows[1], &rows[2], &rows[3]};
     vec::dot_rows<4>(w.data(), xs, n, outs);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(rows[j], documented_dot(w.data(), xs[j], n)) << j;
+    float block[4][4];
+    float* bouts[4] = {block[0], block[1], block[2], block[3]};
+    vec::dot_rows_block4<4>(w.data(), n, xs, n, bouts);
+    for (int j = 0; j < 4; ++j) {
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(block[j][r], documented_dot(w.data() + r * n, xs[j], n)) << j << ", " << r;
+      }
+    }
     float grid[3][4];
     float* gouts[3] = {grid[0], grid[1], grid[2]};
     vec::dot4_rows<3>(w.data(), n, xs, n, gouts);

@@ -181,6 +181,65 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
   }
 }
 
+// out[j][r] = dot(w + r * ldw, x[j]) for four weight rows r and R vectors
+// x[0..R): each sum bitwise dot_rows()'s (the same two 8-lane partial sums
+// over the same chunks). On AVX-512 the four rows' registers are blocked
+// against the R vectors' (4 x R products of 16 floats per step from 4 + R
+// loads, where four dot_rows calls load 4 + 4R), for the rows of a batch:
+// linear_rows_f32 takes it for four or more rows of x. Elsewhere it is four
+// dot_rows calls.
+template <int R>
+inline void dot_rows_block4(const float* w, std::int64_t ldw, const float* const* x, std::int64_t n,
+                            float* const* out) {
+#if defined(__AVX512F__)
+  __m512 pq[4][R];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) pq[r][j] = _mm512_setzero_ps();
+  }
+  std::int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    __m512 vw[4], vx[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) vw[r] = _mm512_loadu_ps(w + r * ldw + i);
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) vx[j] = _mm512_loadu_ps(x[j] + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) pq[r][j] = _mm512_fmadd_ps(vw[r], vx[j], pq[r][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    const float* a = w + r * ldw;
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      F8 p, q;
+      split_halves(pq[r][j], p, q);
+      std::int64_t t = i;
+      for (; t + kLanes <= n; t += kLanes) {
+        F8 va, u;
+        std::memcpy(&va, a + t, sizeof va);
+        std::memcpy(&u, x[j] + t, sizeof u);
+        p = fmadd(va, u, p);
+      }
+      const F8 acc = p + q;
+      float s = SG_LANE_SUM(acc);
+      for (; t < n; ++t) s = std::fma(a[t], x[j][t], s);
+      out[j][r] = s;
+    }
+  }
+#else
+  for (int r = 0; r < 4; ++r) {
+    float* o[R];
+    for (int j = 0; j < R; ++j) o[j] = out[j] + r;
+    dot_rows<R>(w + r * ldw, x, n, o);
+  }
+#endif
+}
+
 // sum_i x[i], in lanes.
 inline float sum(const float* x, std::int64_t n) {
   F8 acc = {};
