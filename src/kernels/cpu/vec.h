@@ -137,9 +137,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
   F8 p[R] = {}, q[R] = {};
   std::int64_t i = 0;
 #if defined(__AVX512F__)
-  __m512 pq[R];
-#pragma GCC unroll 8
-  for (int j = 0; j < R; ++j) pq[j] = _mm512_setzero_ps();
+  __m512 pq[R] = {};
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     const __m512 va = _mm512_loadu_ps(a + i);
 #pragma GCC unroll 8
@@ -192,12 +190,7 @@ template <int R>
 inline void dot_rows_block4(const float* w, std::int64_t ldw, const float* const* x, std::int64_t n,
                             float* const* out) {
 #if defined(__AVX512F__)
-  __m512 pq[4][R];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-#pragma GCC unroll 8
-    for (int j = 0; j < R; ++j) pq[r][j] = _mm512_setzero_ps();
-  }
+  __m512 pq[4][R] = {};
   std::int64_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     __m512 vw[4], vx[R];
