@@ -47,10 +47,18 @@ def default_model():
 
 
 def _is_batch(prompt):
+    """Whether `prompt` holds prompts (a list of lists, a 2-D array or tensor)
+    rather than ids (a list of ints, a 1-D array or tensor)."""
     if isinstance(prompt, (str, bytes)):
         raise TypeError("generate: a prompt is a list of token ids, not text")
     prompt = list(prompt)
-    return bool(prompt) and not isinstance(prompt[0], int) and hasattr(prompt[0], "__iter__")
+    if not prompt:
+        return False
+    try:
+        len(prompt[0])      # a row; an int, a numpy scalar or a 0-d tensor has no length
+    except TypeError:
+        return False
+    return True
 
 
 class Generator:

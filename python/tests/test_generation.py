@@ -92,6 +92,18 @@ def test_stop_ids_and_streaming():
     assert out.ids[0] == full[:12]
 
 
+def test_prompts_as_numpy_arrays_and_torch_tensors():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    gen = sinkgraph.Generator("builtin", mode="reduce-overhead")
+    want = gen.generate([1, 2, 3], max_new_tokens=6).ids
+    both = gen.generate([[1, 2, 3], [4]], max_new_tokens=6).ids
+    assert gen.generate(np.array([1, 2, 3]), max_new_tokens=6).ids == want
+    assert gen.generate(torch.tensor([1, 2, 3]), max_new_tokens=6).ids == want
+    assert gen.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=6).ids == [want]
+    assert gen.generate([np.array([1, 2, 3]), torch.tensor([4])], max_new_tokens=6).ids == both
+
+
 def test_sampling_is_seeded_and_independent_of_the_batch():
     gen = sinkgraph.Generator("builtin", mode="max-autotune")
     a = gen.generate([1], max_new_tokens=30, temperature=0.9, seed=7).ids
@@ -120,6 +132,14 @@ def test_an_exception_or_ctrl_c_in_the_callback_ends_the_call_and_the_generator_
         gen.generate([[1, 5], [2]], max_new_tokens=20, on_token=lambda i, t: interrupt(t))
     assert gen.generate([1, 5], max_new_tokens=20).ids == want
     assert gen.generate([[2], [1, 5]], max_new_tokens=20).ids[1] == want
+
+
+def test_a_callback_calling_its_own_generator_is_an_error_not_a_hang():
+    gen = sinkgraph.Generator("builtin", mode="reduce-overhead")
+    with pytest.raises(sinkgraph.Error, match="inside a call of the same generator"):
+        gen.generate([1], max_new_tokens=4, on_token=lambda t: gen.generate([2], max_new_tokens=2))
+    assert gen.generate([1], max_new_tokens=4).ids == \
+        sinkgraph.Generator("builtin").generate([1], max_new_tokens=4).ids
 
 
 def test_bad_requests_are_one_clear_error_and_change_nothing():

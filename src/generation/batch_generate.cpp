@@ -82,7 +82,7 @@ BatchResult Generator::generate_batch(const BatchOptions& options) {
   const auto& sizes = config.capture_sizes;
   const std::int64_t slots = state.slots;
 
-  const std::lock_guard<std::mutex> lock(state.mutex);
+  const State::Call call(state);
   BatchResult result;
   result.mode = config.mode;
   result.prompt_tokens = prompt_tokens;

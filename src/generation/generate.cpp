@@ -84,7 +84,7 @@ GenerateResult Generator::generate(const GenerateOptions& options) {
              c.vocab_size);
   }
 
-  const std::lock_guard<std::mutex> lock(state.mutex);
+  const State::Call call(state);
   GenerateResult result;
   result.mode = state.config.mode;
   result.prompt_tokens = p;

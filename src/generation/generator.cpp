@@ -25,6 +25,8 @@ namespace sinkgraph {
 // generator's mutex throughout: the caches and the graphs' static inputs
 // are shared, so callers on several threads run one after another (use a
 // generator per thread to run them at once; their weights can be shared).
+// A call made from inside a call on the same thread (an on_token callback
+// calling its generator) is an error, not a wait on itself.
 // The counters a result reports are the compiled functions', over the
 // generator's life.
 
@@ -88,6 +90,16 @@ void Generator::State::compile_batch_decode() {
   d.parameters = [this] { return model.named_parameters(); };
   batch_decode = compile(batched_fn, backend, d);
 }
+
+Generator::State::Call::Call(State& s) : state_(s), lock_(s.mutex, std::defer_lock) {
+  SG_CHECK(state_.owner.load() != std::this_thread::get_id(),
+           "generate: called from inside a call of the same generator (an on_token callback?); "
+           "it would wait for itself: use another generator");
+  lock_.lock();
+  state_.owner.store(std::this_thread::get_id());
+}
+
+Generator::State::Call::~Call() { state_.owner.store(std::thread::id{}); }
 
 namespace {
 

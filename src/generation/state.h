@@ -1,12 +1,14 @@
 #pragma once
 // What a Generator keeps between calls (Note [One generator, many calls] in
 // generator.cpp), and what both loops report of their compiled functions.
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +28,22 @@ struct Generator::State {
   GeneratorConfig config;
   std::int64_t slots = 0;  // the batched cache's: max_batch rounded up to a bucket
   std::mutex mutex;        // one call at a time
+  // The thread inside a call (Call below), so that a callback calling its
+  // own generator is an error instead of waiting on itself forever.
+  std::atomic<std::thread::id> owner{};
+
+  // Holds `mutex` for one call.
+  class Call {
+   public:
+    explicit Call(State& s);
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    State& state_;
+    std::unique_lock<std::mutex> lock_;
+  };
   TracedFn fn, batched_fn;
   std::shared_ptr<Backend> backend;  // null in eager mode
   // Compiled on first use (null in eager mode): the prefill serves both

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -157,6 +158,35 @@ TEST(generation_generator, an_exception_from_the_callback_ends_the_call_and_the_
     EXPECT_EQ(r.ids[0], fresh(request({1}, 20), mode));
     EXPECT_EQ(r.ids[1], fresh(request({2, 3}, 20), mode));
   }
+}
+
+// A callback that calls its own generator would wait for itself: an error
+// from the inner call (which the outer one passes on), and the generator
+// goes on.
+TEST(generation_generator, a_callback_calling_its_own_generator_is_an_error_not_a_hang) {
+  sg::Generator gen(model());
+  auto o = request({1, 9}, 10);
+  o.on_token = [&](std::int64_t) { (void)gen.generate(request({2}, 3)); };
+  try {
+    (void)gen.generate(o);
+    FAIL() << "expected an error";
+  } catch (const sg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inside a call of the same generator"), std::string::npos)
+        << e.what();
+  }
+  sg::BatchOptions b;
+  b.prompts = {{1}};
+  b.steps = 4;
+  b.on_token = [&](std::size_t, std::int64_t) { (void)gen.generate_batch(b); };
+  EXPECT_THROW((void)gen.generate_batch(b), sg::Error);
+  // Another generator may be called from the callback.
+  sg::Generator other(model());
+  std::vector<std::int64_t> inner;
+  o.on_token = [&](std::int64_t) {
+    if (inner.empty()) inner = other.generate(request({2}, 3)).ids;
+  };
+  EXPECT_EQ(gen.generate(o).ids, fresh(request({1, 9}, 10), sg::Mode::reduce_overhead));
+  EXPECT_EQ(inner, fresh(request({2}, 3), sg::Mode::reduce_overhead));
 }
 
 // Four host threads share one generator (calls run one at a time) and each
