@@ -2,7 +2,8 @@
 // fuzz_models.h's config in each format, dtype and classifier layout.
 // Usage: make_seeds OUT_DIR   (writes OUT_DIR/llama2c/*, OUT_DIR/safetensors/*,
 // OUT_DIR/config/*: the config.json files written beside them, ours and
-// Hugging Face's, and OUT_DIR/index/*: a Hugging Face shard index)
+// Hugging Face's, OUT_DIR/index/*: a Hugging Face shard index, and
+// OUT_DIR/gguf/*: GGUF files of each type)
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   fs::create_directories(out / "safetensors");
   fs::create_directories(out / "config");
   fs::create_directories(out / "index");
+  fs::create_directories(out / "gguf");
   for (const bool shared : {true, false}) {
     models::LlamaConfig c = sinkgraph::fuzz::tiny_config();
     c.shared_classifier = shared;
@@ -43,6 +45,25 @@ int main(int argc, char** argv) {
                      (tag + "_" + std::string(sinkgraph::dtype_name(dtype)) + ".safetensors"));
       fs::remove_all(dir);
     }
+  }
+  // GGUF: the tiny model in the float types; Q8_0 and Q4_0 need rows of
+  // whole 32-value blocks, so a model 32 wide for those.
+  for (const auto type : {models::GgufType::f32, models::GgufType::f16, models::GgufType::bf16}) {
+    models::save_gguf(
+        models::random_model(sinkgraph::fuzz::tiny_config(), 1),
+        (out / "gguf" / ("tiny_" + std::to_string(static_cast<int>(type)) + ".gguf")).string(),
+        type);
+  }
+  models::LlamaConfig wide = sinkgraph::fuzz::tiny_config();
+  wide.dim = 32;
+  wide.hidden_dim = 32;
+  wide.n_heads = 4;
+  wide.n_kv_heads = 2;
+  for (const auto type : {models::GgufType::q8_0, models::GgufType::q4_0}) {
+    models::save_gguf(
+        models::random_model(wide, 2),
+        (out / "gguf" / ("wide_" + std::to_string(static_cast<int>(type)) + ".gguf")).string(),
+        type);
   }
   // Hugging Face layout: its config.json (config_fuzz reads it against our
   // layout's tensors, so the HF config parser runs to its end) and the index

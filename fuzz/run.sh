@@ -3,7 +3,8 @@
 # each for SECONDS: parser_fuzz seeded with the tests' IR files, llama2c_fuzz
 # and safetensors_fuzz with tiny checkpoints that make_seeds writes,
 # config_fuzz with their config.json files (ours and Hugging Face's),
-# index_fuzz with a sharded Hugging Face index (docs/robustness.md). Exits
+# index_fuzz with a sharded Hugging Face index, gguf_fuzz with GGUF files of
+# every type (docs/robustness.md). Exits
 # non-zero on any finding: a crash, a sanitizer report, a leak, an input slower
 # than -timeout, or memory above -rss_limit_mb. Findings are written to
 # build/fuzz/findings/.
@@ -12,7 +13,7 @@ set -euo pipefail
 seconds=${1:-30}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/build/fuzz
-fuzzers=(parser_fuzz llama2c_fuzz safetensors_fuzz config_fuzz index_fuzz)
+fuzzers=(parser_fuzz llama2c_fuzz safetensors_fuzz config_fuzz index_fuzz gguf_fuzz)
 mkdir -p "$out/findings"
 for f in "${fuzzers[@]}"; do mkdir -p "$out/corpus/$f"; done
 
@@ -21,7 +22,7 @@ configure_and_build() {
     cmake -S "$root/fuzz" -B "$out" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None
   fi
   cmake --build "$out" --target parser_fuzz llama2c_fuzz safetensors_fuzz config_fuzz index_fuzz \
-    make_seeds
+    gguf_fuzz make_seeds
 }
 if [[ -n ${SG_BUILD_LOCK:-} ]]; then
   export -f configure_and_build
@@ -43,6 +44,7 @@ cp "$seeds"/llama2c/* "$out/corpus/llama2c_fuzz/"
 cp "$seeds"/safetensors/* "$out/corpus/safetensors_fuzz/"
 cp "$seeds"/config/* "$out/corpus/config_fuzz/"
 cp "$seeds"/index/* "$out/corpus/index_fuzz/"
+cp "$seeds"/gguf/* "$out/corpus/gguf_fuzz/"
 python3 - "$out/corpus" <<'PY'
 import sys
 corpus = sys.argv[1]
@@ -63,6 +65,7 @@ declare -A extra=(
   [safetensors_fuzz]="-dict=$root/fuzz/safetensors.dict -max_len=$max_len"
   [config_fuzz]="-dict=$root/fuzz/config.dict -max_len=$max_len"
   [index_fuzz]="-dict=$root/fuzz/index.dict -max_len=$max_len"
+  [gguf_fuzz]="-dict=$root/fuzz/gguf.dict -max_len=$max_len"
 )
 cd "$out/findings"
 for f in "${fuzzers[@]}"; do

@@ -23,6 +23,8 @@ const char* format_name(models::CheckpointFormat f) {
       return "safetensors";
     case models::CheckpointFormat::hf:
       return "hf";
+    case models::CheckpointFormat::gguf:
+      return "gguf";
   }
   return "?";
 }
@@ -30,6 +32,7 @@ const char* format_name(models::CheckpointFormat f) {
 models::CheckpointFormat parse_format(const std::string& name) {
   if (name == "llama2c") return models::CheckpointFormat::llama2c;
   if (name == "safetensors") return models::CheckpointFormat::safetensors;
+  if (name == "gguf") return models::CheckpointFormat::gguf;
   SG_ASSERT(name == "hf", "convert: format ", name, " passed the flag check");
   return models::CheckpointFormat::hf;
 }
@@ -46,17 +49,18 @@ void add_convert_command(CLI::App& app, int& status) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "convert", "Rewrite a checkpoint in another format (e.g. llama2.c as Hugging Face)");
-  const auto formats = CLI::IsMember({"llama2c", "safetensors", "hf"});
-  cmd->add_option("--from", o->from, "the input's format: llama2c, safetensors or hf")
+  const auto formats = CLI::IsMember({"llama2c", "safetensors", "hf", "gguf"});
+  cmd->add_option("--from", o->from, "the input's format: llama2c, safetensors, hf or gguf")
       ->required()
       ->check(formats);
   cmd->add_option("input", o->input, "the input checkpoint (a file or a folder)")->required();
-  cmd->add_option("--to", o->to, "the output's format: hf, safetensors or llama2c")
+  cmd->add_option("--to", o->to, "the output's format: hf, safetensors, gguf or llama2c")
       ->required()
       ->check(formats);
   cmd->add_option("output", o->output, "the output (a folder for hf)")->required();
-  o->dtype_option = cmd->add_option("--dtype", o->dtype, "f32 (default), f16 or bf16")
-                        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  o->dtype_option =
+      cmd->add_option("--dtype", o->dtype, "f32 (default), f16 or bf16; gguf also q8_0 or q4_0")
+          ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   o->shards_option =
       cmd->add_option("--shards", o->shards, "hf: this many safetensors files (default 1)");
   cmd->callback([o, &status] {
@@ -68,7 +72,10 @@ void add_convert_command(CLI::App& app, int& status) {
     SG_CHECK(o->dtype_option->count() == 0 || o->dtype == "f32" ||
                  to != models::CheckpointFormat::llama2c,
              "convert: llama2.c checkpoints hold f32 only; --dtype ", o->dtype,
-             " needs --to hf or --to safetensors");
+             " needs --to hf, --to safetensors or --to gguf");
+    const bool quantized = o->dtype == "q8_0" || o->dtype == "q4_0";
+    SG_CHECK(!quantized || to == models::CheckpointFormat::gguf, "convert: --dtype ", o->dtype,
+             " needs --to gguf (only GGUF holds quantized weights)");
     // --from says what the input must be: a llama2.c file is read as one
     // whatever its name; a folder must hold the layout named.
     if (from != models::CheckpointFormat::llama2c) {
@@ -94,8 +101,14 @@ void add_convert_command(CLI::App& app, int& status) {
     // llama2.c has no room for the rotary convention: it is interleaved.
     if (to == models::CheckpointFormat::llama2c)
       model = models::convert_rope_style(model, ops::RopeStyle::interleaved);
-    const DType dtype = *parse_dtype(o->dtype);
-    if (to == models::CheckpointFormat::hf) {
+    if (to == models::CheckpointFormat::gguf) {
+      const models::GgufType type = o->dtype == "q8_0"   ? models::GgufType::q8_0
+                                    : o->dtype == "q4_0" ? models::GgufType::q4_0
+                                    : o->dtype == "f16"  ? models::GgufType::f16
+                                    : o->dtype == "bf16" ? models::GgufType::bf16
+                                                         : models::GgufType::f32;
+      models::save_gguf(model, o->output, type);
+    } else if (const DType dtype = *parse_dtype(o->dtype); to == models::CheckpointFormat::hf) {
       models::save_hf(model, o->output, dtype, o->shards);
     } else {
       models::save_model(model, o->output, to, dtype);

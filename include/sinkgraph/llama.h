@@ -151,6 +151,7 @@ SG_API LlamaModel random_model(const LlamaConfig& config, std::uint64_t seed);
 //   model.safetensors.index.json plus the shards it lists (Hugging Face only);
 // - a file ending in .safetensors, with config.json beside it;
 // - a file ending in model.safetensors.index.json, with config.json beside it;
+// - a file named *.gguf or starting with "GGUF": a GGUF file;
 // - anything else: a llama2.c .bin file.
 // A config.json with "model_type" is Hugging Face's (HF keys and tensor
 // names, RopeStyle::half); without it, our own layout. Every problem
@@ -170,7 +171,14 @@ SG_API LlamaModel load_llama2c(const std::string& path, const TensorParallel& tp
 // `path`: one .safetensors file of either layout (config_path says which).
 SG_API LlamaModel load_safetensors(const std::string& path, const std::string& config_path,
                                    const TensorParallel& tp = {});
+// A GGUF file (llama.cpp's format, versions 2 and 3): architecture "llama"
+// (interleaved rotary layout) or "qwen2" (half-split, attention biases);
+// tensors f32, f16, bf16, Q8_0 or Q4_0. Q8_0 and Q4_0 weights are
+// dequantized to f32 at load. The metadata's tokenizer is not read here.
+SG_API LlamaModel load_gguf(const std::string& path, const TensorParallel& tp = {});
 // Parsers over bytes already in memory (what the loaders and fuzzers call).
+SG_API LlamaModel parse_gguf(std::span<const std::uint8_t> bytes, const std::string& name,
+                             const TensorParallel& tp = {});
 SG_API LlamaModel parse_llama2c(std::span<const std::uint8_t> bytes, const std::string& name,
                                 const TensorParallel& tp = {});
 SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes,
@@ -180,7 +188,8 @@ SG_API LlamaModel parse_safetensors(std::span<const std::uint8_t> bytes,
 // llama2c: a llama2.c .bin file. safetensors: our layout (model.safetensors
 // and config.json). hf: a Hugging Face Llama folder (config.json and
 // model.safetensors, or shards with model.safetensors.index.json).
-enum class CheckpointFormat : std::uint8_t { llama2c, safetensors, hf };
+// gguf: a llama.cpp GGUF file (checkpoint_gguf.cpp).
+enum class CheckpointFormat : std::uint8_t { llama2c, safetensors, hf, gguf };
 // The format load_model(path) reads (it reads config.json to tell
 // safetensors from hf); throws sinkgraph::Error as load_model would.
 SG_API CheckpointFormat checkpoint_format(const std::string& path);
@@ -189,6 +198,15 @@ SG_API CheckpointFormat checkpoint_format(const std::string& path);
 // (created if missing) as save_hf with one shard.
 SG_API void save_model(const LlamaModel& model, const std::string& path, CheckpointFormat format,
                        DType dtype = DType::f32);
+// The weights' type in a GGUF file written by save_gguf. Norms and biases
+// are always f32; a matrix whose rows are not whole blocks of 32 is written
+// f16 when Q8_0 or Q4_0 is asked for (as llama.cpp's converter does).
+enum class GgufType : std::uint8_t { f32, f16, bf16, q8_0, q4_0 };
+// Writes `model` as one GGUF file: architecture "llama" (q and k rows in the
+// interleaved layout), or "qwen2" for a model with attention biases. No
+// tokenizer is written (our checkpoints carry none).
+SG_API void save_gguf(const LlamaModel& model, const std::string& path,
+                      GgufType type = GgufType::f32);
 // Writes `model` as a Hugging Face Llama checkpoint in folder `dir` (created
 // if missing): config.json, and model.safetensors when `shards` is 1, else
 // model-0000k-of-0000N.safetensors files and model.safetensors.index.json.

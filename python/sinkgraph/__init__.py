@@ -16,12 +16,13 @@ from . import _C
 from ._C import Error
 from .backend import Backend, get_backend
 from .config import CompilerConfig
-from .generation import GenerationResult, Generator, generate
+from .generation import GenerationResult, Generator, convert_checkpoint, generate
 from .visibility import counters, explain, reset_counters
 
-__all__ = ["Backend", "CompilerConfig", "Error", "GenerationResult", "Generator", "counters",
-           "explain", "generate", "get_backend", "num_threads", "onednn_built", "reset_counters",
-           "set_log_level", "set_num_threads", "set_use_onednn", "use_onednn"]
+__all__ = ["Backend", "CompilerConfig", "Error", "GenerationResult", "Generator",
+           "convert_checkpoint", "counters", "explain", "generate", "get_backend", "num_threads",
+           "onednn_built", "reset_counters", "set_log_level", "set_num_threads", "set_use_onednn",
+           "use_onednn"]
 
 __version__ = _C.version()
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from . import _C
 
-__all__ = ["GenerationResult", "Generator", "default_model", "generate"]
+__all__ = ["GenerationResult", "Generator", "convert_checkpoint", "default_model", "generate"]
 
 
 @dataclass
@@ -28,10 +28,13 @@ class GenerationResult:
     """ids: the generated ids (a list of ints for one prompt, a list of lists
     for many, in input order; prompts excluded). stats: the `generate --stats`
     object (decode_tokens_per_s, captured, replayed, ...). explain: the
-    compiled functions' report ("" in eager mode)."""
+    compiled functions' report ("" in eager mode). logits: with keep_logits, a
+    float32 numpy array [prompt + new - 1, vocab] of every row the model
+    computed (row i predicts token i + 1); else None."""
     ids: list
     stats: dict = field(default_factory=dict)
     explain: str = ""
+    logits: object = None
 
 
 def default_model():
@@ -93,22 +96,27 @@ class Generator:
         return self._gen.model_config()
 
     def generate(self, prompt, max_new_tokens=128, *, temperature=0.0, seed=0, stop_ids=(),
-                 on_token=None):
+                 on_token=None, keep_logits=False):
         """Generates up to max_new_tokens ids after `prompt` (a list of ids, or
         a list of such lists to decode together), fewer when an id of stop_ids
         is generated (it is included). temperature 0 is greedy; above 0 samples
         with `seed` (a prompt's ids do not depend on the others in its batch).
         on_token(id), or on_token(prompt_index, id) for many prompts, is called
-        with each id as it is produced; an exception it raises ends the call."""
+        with each id as it is produced; an exception it raises ends the call.
+        keep_logits (one prompt only) returns every computed row of logits."""
         stop = [int(s) for s in stop_ids]
         if _is_batch(prompt):
+            if keep_logits:
+                raise ValueError("keep_logits is for one prompt, not a batch")
             prompts = [[int(t) for t in p] for p in prompt]
             ids, stats, explain = self._gen.generate_batch(
                 prompts, int(max_new_tokens), float(temperature), int(seed), stop, on_token)
         else:
-            ids, stats, explain = self._gen.generate(
+            ids, stats, explain, logits = self._gen.generate(
                 [int(t) for t in prompt], int(max_new_tokens), float(temperature), int(seed), stop,
-                on_token)
+                on_token, bool(keep_logits))
+            return GenerationResult(ids=ids, stats=json.loads(stats), explain=explain,
+                                    logits=logits)
         return GenerationResult(ids=ids, stats=json.loads(stats), explain=explain)
 
     def __repr__(self):
@@ -120,3 +128,12 @@ def generate(prompt, model=None, mode="reduce-overhead", max_new_tokens=128, **k
     gen_keys = ("max_batch", "capture_sizes", "graph_memory_budget")
     gen_args = {k: kwargs.pop(k) for k in gen_keys if k in kwargs}
     return Generator(model, mode, **gen_args).generate(prompt, max_new_tokens, **kwargs)
+
+
+def convert_checkpoint(src, dst, format="gguf", dtype="f32"):
+    """Writes the checkpoint at `src` (any format load_model reads: llama2.c,
+    safetensors, a Hugging Face folder, GGUF) as `format` ("gguf",
+    "safetensors", "hf" or "llama2c") at `dst`, weights in `dtype` ("f32",
+    "f16", "bf16"; GGUF also "q8_0" and "q4_0"). What `sinkgraph convert`
+    does; docs/model.md."""
+    _C.convert_checkpoint(os.fspath(src), os.fspath(dst), str(format), str(dtype))

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <pybind11/functional.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <string>
@@ -345,7 +346,7 @@ std::function<void(Args...)> callback(const py::object& fn) {
 // (ids, stats JSON, explain report).
 py::tuple generate_one(sg::Generator& g, std::vector<std::int64_t> prompt, std::int64_t steps,
                        double temperature, std::uint64_t seed, std::vector<std::int64_t> stop_ids,
-                       const py::object& on_token) {
+                       const py::object& on_token, bool keep_logits) {
   sg::GenerateOptions o;
   o.prompt = std::move(prompt);
   o.steps = steps;
@@ -353,12 +354,21 @@ py::tuple generate_one(sg::Generator& g, std::vector<std::int64_t> prompt, std::
   o.seed = seed;
   o.stop_ids = std::move(stop_ids);
   o.on_token = callback<std::int64_t>(on_token);
+  o.keep_logits = keep_logits;
   sg::GenerateResult r;
   {
     py::gil_scoped_release release;
     r = g.generate(o);
   }
-  return py::make_tuple(r.ids, r.stats_json(), r.explain);
+  py::object logits = py::none();
+  if (keep_logits) {
+    const auto vocab = static_cast<py::ssize_t>(g.model().config().vocab_size);
+    const auto rows = static_cast<py::ssize_t>(r.logits.size()) / vocab;
+    py::array_t<float> a({rows, vocab});
+    std::memcpy(a.mutable_data(), r.logits.data(), r.logits.size() * sizeof(float));
+    logits = std::move(a);
+  }
+  return py::make_tuple(r.ids, r.stats_json(), r.explain, logits);
 }
 
 py::tuple generate_many(sg::Generator& g, std::vector<std::vector<std::int64_t>> prompts,
@@ -411,6 +421,36 @@ PYBIND11_MODULE(_C, m) {
       [](const std::string& name) { sg::set_log_level(sg::parse_log_level(name)); },
       py::arg("level"), "error, warn, info or debug (as SINKGRAPH_LOG)");
   m.def("log_level", [] { return std::string(sg::log_level_name(sg::log_level())); });
+  m.def(
+      "convert_checkpoint",
+      [](const std::string& src, const std::string& dst, const std::string& format,
+         const std::string& dtype) {
+        py::gil_scoped_release release;
+        const sg::models::LlamaModel model = sg::models::load_model(src);
+        const bool quantized = dtype == "q8_0" || dtype == "q4_0";
+        if (format == "gguf") {
+          const auto type = dtype == "q8_0"   ? sg::models::GgufType::q8_0
+                            : dtype == "q4_0" ? sg::models::GgufType::q4_0
+                            : dtype == "f16"  ? sg::models::GgufType::f16
+                            : dtype == "bf16" ? sg::models::GgufType::bf16
+                                              : sg::models::GgufType::f32;
+          SG_CHECK(quantized || sg::parse_dtype(dtype).has_value(), "convert_checkpoint: dtype ",
+                   dtype, " is not f32, f16, bf16, q8_0 or q4_0");
+          sg::models::save_gguf(model, dst, type);
+          return;
+        }
+        SG_CHECK(!quantized, "convert_checkpoint: dtype ", dtype, " needs format \"gguf\"");
+        const auto d = sg::parse_dtype(dtype);
+        SG_CHECK(d.has_value(), "convert_checkpoint: dtype ", dtype, " is not f32, f16 or bf16");
+        const auto f = format == "llama2c"       ? sg::models::CheckpointFormat::llama2c
+                       : format == "safetensors" ? sg::models::CheckpointFormat::safetensors
+                       : format == "hf"          ? sg::models::CheckpointFormat::hf
+                                                 : sg::models::CheckpointFormat::gguf;
+        SG_CHECK(f != sg::models::CheckpointFormat::gguf, "convert_checkpoint: format ", format,
+                 " is not llama2c, safetensors, hf or gguf");
+        sg::models::save_model(model, dst, f, *d);
+      },
+      py::arg("src"), py::arg("dst"), py::arg("format"), py::arg("dtype"));
   m.def("set_num_threads", &sg::set_num_threads, py::arg("threads"));
   m.def("num_threads", &sg::num_threads);
   m.def("set_use_onednn", &sg::ops::set_use_onednn, py::arg("use"));
@@ -456,7 +496,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init(&make_generator), py::arg("model"), py::arg("mode"), py::arg("max_batch"),
            py::arg("capture_sizes"), py::arg("graph_memory_budget"))
       .def("generate", &generate_one, py::arg("prompt"), py::arg("steps"), py::arg("temperature"),
-           py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"))
+           py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"), py::arg("keep_logits"))
       .def("generate_batch", &generate_many, py::arg("prompts"), py::arg("steps"),
            py::arg("temperature"), py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"))
       .def("model_config", [](const sg::Generator& g) { return g.model().config().str(); })

@@ -273,6 +273,15 @@ void save_model(const LlamaModel& model, const std::string& path, CheckpointForm
     case CheckpointFormat::hf:
       detail::save_hf_checkpoint(model, path, dtype, 1);
       return;
+    case CheckpointFormat::gguf:
+      SG_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, path,
+               ": GGUF weights are written as f32, f16 or bf16 here (save_gguf also writes ",
+               "q8_0 and q4_0), not ", dtype_name(dtype));
+      save_gguf(model, path,
+                dtype == DType::f32   ? GgufType::f32
+                : dtype == DType::f16 ? GgufType::f16
+                                      : GgufType::bf16);
+      return;
   }
   SG_CHECK(false, path, ": unknown checkpoint format ", static_cast<int>(format));
 }

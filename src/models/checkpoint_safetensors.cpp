@@ -175,6 +175,17 @@ bool exists(const std::string& path) {
   return fs::exists(path, ec);
 }
 
+// A GGUF file is known by its first four bytes whatever its name (a
+// llama2.c file starts with its dim, which would have to be 1179993927).
+bool starts_with_gguf_magic(const std::string& path) {
+  std::uint64_t size = 0;
+  const int fd = sinkgraph::open_regular_file(path, size, "checkpoint");
+  char magic[4] = {};
+  const ssize_t n = size >= 4 ? ::pread(fd, magic, 4, 0) : 0;
+  ::close(fd);
+  return n == 4 && std::string_view(magic, 4) == "GGUF";
+}
+
 // The files load_model() reads for `path`.
 struct Resolved {
   CheckpointFormat format = CheckpointFormat::llama2c;
@@ -219,6 +230,8 @@ Resolved resolve(const std::string& path) {
     return {format_of(config), path, config, true};
   }
   check_readable(path, "checkpoint", "");
+  if (path.ends_with(".gguf") || starts_with_gguf_magic(path))
+    return {CheckpointFormat::gguf, path, "", false};
   return {CheckpointFormat::llama2c, path, "", false};
 }
 
@@ -229,6 +242,7 @@ CheckpointFormat checkpoint_format(const std::string& path) { return resolve(pat
 LlamaModel load_model(const std::string& path, const TensorParallel& tp) {
   const Resolved r = resolve(path);
   if (r.format == CheckpointFormat::llama2c) return load_llama2c(r.weights, tp);
+  if (r.format == CheckpointFormat::gguf) return load_gguf(r.weights, tp);
   if (r.sharded) return load_sharded(r.weights, r.config, tp);
   return load_safetensors(r.weights, r.config, tp);
 }

@@ -341,6 +341,10 @@ Tensor& slot_tensor(LlamaWeights& w, const Slot& s) {
   return s.field == 0 ? w.tok_embeddings : s.field == 1 ? w.norm : w.output;
 }
 
+Tensor LlamaLayer::*slot_member(const Slot& s) {
+  return s.layer >= 0 && !s.ignored ? kFields[s.field].member : nullptr;
+}
+
 const Tensor& slot_tensor(const LlamaWeights& w, const Slot& s) {
   return slot_tensor(const_cast<LlamaWeights&>(w), s);
 }

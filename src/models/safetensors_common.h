@@ -95,6 +95,9 @@ struct Slot {
 };
 Shape slot_shape(const LlamaConfig& c, const Slot& s);
 Tensor& slot_tensor(LlamaWeights& w, const Slot& s);
+// The LlamaLayer member of a layer slot (shard_slice takes it); null for the
+// embedding, final norm and classifier.
+Tensor LlamaLayer::*slot_member(const Slot& s);
 const Tensor& slot_tensor(const LlamaWeights& w, const Slot& s);
 // The layer index of "N.rest" (no sign, no leading zero, below n_layers) and
 // the rest after the dot; nullopt otherwise.

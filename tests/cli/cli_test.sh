@@ -514,6 +514,29 @@ check convert-bad-format 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to on
 check convert-missing 2 -- "$bin" convert --from llama2c "$tmp/nope.bin" --to hf "$tmp/x"
 expect convert-missing-said grep -q "nope.bin" "$tmp/err"
 expect convert-nothing-written test ! -e "$tmp/x" -a ! -e "$tmp/x.bin"
+# GGUF (docs/model.md, "GGUF"): written in every type, read back by name or
+# by its magic; f32 is the same model (same ids), bad files one error line.
+for t in f32 f16 bf16 q8_0 q4_0; do
+  check "convert-gguf-$t" 0 -- "$bin" convert --from llama2c "$tmp/m.bin" --to gguf "$tmp/m_$t.gguf" --dtype "$t"
+  check "gguf-$t-runs" 0 -- "$bin" generate --model "$tmp/m_$t.gguf" --steps 5 --print-ids
+done
+check gguf-f32-ids 0 -- "$bin" generate --model "$tmp/m_f32.gguf" --steps 5 --print-ids
+expect gguf-f32-same-ids test "$(cat "$tmp/out")" = "$ids_ro"
+cp "$tmp/m_f32.gguf" "$tmp/gguf_no_suffix"
+check gguf-by-magic 0 -- "$bin" generate --model "$tmp/gguf_no_suffix" --steps 5 --print-ids
+expect gguf-by-magic-same-ids test "$(cat "$tmp/out")" = "$ids_ro"
+check gguf-back-to-llama2c 0 -- "$bin" convert --from gguf "$tmp/m_f32.gguf" --to llama2c "$tmp/gguf_back.bin"
+expect gguf-back-bitwise cmp -s "$tmp/m.bin" "$tmp/gguf_back.bin"
+check gguf-quantized-needs-gguf 2 -- "$bin" convert --from llama2c "$tmp/m.bin" --to hf "$tmp/x" --dtype q8_0
+expect gguf-quantized-needs-gguf-said grep -q "needs --to gguf" "$tmp/err"
+head -c 3000 "$tmp/m_q8_0.gguf" > "$tmp/cut.gguf"
+check gguf-truncated 2 -- "$bin" generate --model "$tmp/cut.gguf" --steps 2
+expect gguf-truncated-one-line test "$(wc -l <"$tmp/err")" = 1
+expect gguf-truncated-said grep -q "^error: .*cut.gguf: truncated" "$tmp/err"
+printf 'GGUF\001\000\000\000' > "$tmp/v1.gguf"
+check gguf-version-1 2 -- "$bin" generate --model "$tmp/v1.gguf" --steps 2
+expect gguf-version-1-said grep -q "GGUF version 1; sinkgraph reads versions 2 and 3" "$tmp/err"
+
 mkdir -p "$tmp/hfbad"
 cp "$tmp/hf1/config.json" "$tmp/hfbad/"
 python3 - "$tmp/hf2" "$tmp/hfbad" <<'PY'
