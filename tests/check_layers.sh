@@ -14,7 +14,7 @@ declare -A header_layer=(
   [log.h]=core [version.h]=core
   [kernel_abi.h]=runtime [collectives.h]=runtime [device.h]=runtime [stream.h]=runtime [event.h]=runtime [allocator.h]=runtime [device_graph.h]=runtime
   [op_registry.h]=ops [tensor.h]=ops [ops.h]=ops
-  [ir.h]=ir [trace.h]=trace [passes.h]=passes [compiler.h]=compiler [llama.h]=models [generate.h]=generation [dist.h]=dist [device_graph.h]=runtime
+  [ir.h]=ir [trace.h]=trace [passes.h]=passes [compiler.h]=compiler [llama.h]=models [tokenizer.h]=models [generate.h]=generation [dist.h]=dist [device_graph.h]=runtime
 )
 rank() { local i; for i in "${!layers[@]}"; do [[ ${layers[$i]} == "$1" ]] && { echo "$i"; return; }; done; echo 99; }
 status=0

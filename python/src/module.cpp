@@ -30,6 +30,7 @@
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
 #include "sinkgraph/tensor.h"
+#include "sinkgraph/tokenizer.h"
 #include "sinkgraph/version.h"
 
 namespace py = pybind11;
@@ -518,4 +519,67 @@ PYBIND11_MODULE(_C, m) {
       .def("eager_calls", &CompiledGraph::eager_calls)
       .def("graph_text", &CompiledGraph::graph_text)
       .def("reset", &CompiledGraph::reset);
+
+  // Tokenizers (include/sinkgraph/tokenizer.h); text crosses as str (UTF-8).
+  using sg::models::Tokenizer;
+  py::class_<Tokenizer>(m, "Tokenizer")
+      .def_static(
+          "from_vocabulary",
+          [](const std::string& kind, std::vector<std::string> tokens, std::vector<float> scores,
+             std::vector<std::int32_t> types, std::vector<std::string> merges, std::int64_t bos,
+             std::int64_t eos, std::int64_t unk, bool add_bos, bool add_space_prefix,
+             const std::string& pre) {
+            sg::models::Vocabulary v;
+            SG_CHECK(kind == "sentencepiece" || kind == "bpe", "Tokenizer.from_vocabulary: kind \"",
+                     kind, "\" is not sentencepiece or bpe");
+            v.kind = kind == "bpe" ? sg::models::Vocabulary::Kind::bpe
+                                   : sg::models::Vocabulary::Kind::sentencepiece;
+            v.tokens = std::move(tokens);
+            v.scores = std::move(scores);
+            v.token_types = std::move(types);
+            v.merges = std::move(merges);
+            v.bos = bos;
+            v.eos = eos;
+            v.unk = unk;
+            v.add_bos = add_bos;
+            v.add_space_prefix = add_space_prefix;
+            v.pre = pre;
+            return Tokenizer::from_vocabulary(std::move(v), "vocabulary");
+          },
+          py::arg("kind"), py::arg("tokens"), py::arg("scores") = std::vector<float>{},
+          py::arg("types") = std::vector<std::int32_t>{},
+          py::arg("merges") = std::vector<std::string>{}, py::arg("bos") = -1, py::arg("eos") = -1,
+          py::arg("unk") = -1, py::arg("add_bos") = true, py::arg("add_space_prefix") = true,
+          py::arg("pre") = "default")
+      .def_static("from_hf_json", &Tokenizer::from_hf_json, py::arg("json"),
+                  py::arg("source") = "tokenizer.json")
+      .def(
+          "encode",
+          [](const Tokenizer& t, const std::string& text, bool add_bos, bool parse_special) {
+            return t.encode(text, add_bos, parse_special);
+          },
+          py::arg("text"), py::arg("add_bos") = false, py::arg("parse_special") = false)
+      .def(
+          "decode",
+          [](const Tokenizer& t, const std::vector<std::int64_t>& ids) {
+            const std::string s = t.decode(ids);
+            // A sequence cut inside a character: U+FFFD, as the references print it.
+            return py::reinterpret_steal<py::str>(
+                PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace"));
+          },
+          py::arg("ids"))
+      .def(
+          "decode_bytes",
+          [](const Tokenizer& t, const std::vector<std::int64_t>& ids) {
+            return py::bytes(t.decode(ids));
+          },
+          py::arg("ids"))
+      .def(
+          "piece", [](const Tokenizer& t, std::int64_t id) { return py::bytes(t.piece(id)); },
+          py::arg("id"))
+      .def("token_text", &Tokenizer::token_text, py::arg("id"))
+      .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
+      .def_property_readonly("bos", &Tokenizer::bos)
+      .def_property_readonly("eos", &Tokenizer::eos)
+      .def_property_readonly("unk", &Tokenizer::unk);
 }
