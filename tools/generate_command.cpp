@@ -45,6 +45,7 @@ struct CliOptions {
   bool warmup_buckets = false;
   std::optional<std::int64_t> tensor_parallel;
   std::string tp_classifier = "vocab";
+  std::string quantize;  // "", "q8_0" or "q4_0"
   CLI::Option* prompt_ids_option = nullptr;
   // Options that act only with --prompts-file; given without it they would
   // be silently ignored, so they are refused.
@@ -151,11 +152,18 @@ Parallel setup_parallel(const CliOptions& o) {
   return p;
 }
 
-// The model --model names, holding rank tp.rank's shard only.
-models::LlamaModel load(const std::string& path, const models::TensorParallel& tp) {
-  if (path != kBuiltin) return models::load_model(path, tp);
-  models::LlamaModel whole = models::random_model(models::builtin_config(), 0);
-  return tp.size == 1 ? whole : models::shard_model(whole, tp);
+// The model --model names, holding rank tp.rank's shard only, its weight
+// matrices quantized when --quantize asks.
+models::LlamaModel load(const std::string& path, const models::TensorParallel& tp,
+                        const std::string& quantize) {
+  models::LlamaModel model = [&] {
+    if (path != kBuiltin) return models::load_model(path, tp);
+    models::LlamaModel whole = models::random_model(models::builtin_config(), 0);
+    return tp.size == 1 ? whole : models::shard_model(whole, tp);
+  }();
+  if (quantize.empty()) return model;
+  return models::quantize_model(
+      model, quantize == "q8_0" ? ops::QuantFormat::q8_0 : ops::QuantFormat::q4_0);
 }
 
 // The library names a bad stop id; the command names its flag.
@@ -239,7 +247,8 @@ int run(const CliOptions& o) {
     SG_CHECK(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
     auto prompts = read_prompts(o.prompts_file);  // a bad file fails before the model loads
     const std::string path = o.model.empty() ? default_model_path() : o.model;
-    return run_batched(o, std::move(prompts), load(path, parallel.tp), path, parallel.primary);
+    return run_batched(o, std::move(prompts), load(path, parallel.tp, o.quantize), path,
+                       parallel.primary);
   }
   GenerateOptions g;
   g.prompt = parse_ids(o.prompt_ids);
@@ -270,7 +279,7 @@ int run(const CliOptions& o) {
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
   const std::string model_path = o.model.empty() ? default_model_path() : o.model;
-  const models::LlamaModel model = load(model_path, parallel.tp);
+  const models::LlamaModel model = load(model_path, parallel.tp, o.quantize);
   const models::LlamaConfig& c = model.config();
   check_stop_id(o, model);
   const auto prompt_tokens = static_cast<std::int64_t>(g.prompt.size());
@@ -380,6 +389,10 @@ void add_generate_command(CLI::App& app, int& status) {
   cmd->add_flag("--stream", o->stream,
                 "print each id as it is produced (the host waits for every token)");
   cmd->add_option("--trace", o->trace, "write a Chrome trace event JSON file (Perfetto opens it)");
+  cmd->add_option("--quantize", o->quantize,
+                  "compute with the weight matrices quantized at load: q8_0 or q4_0 (ggml's "
+                  "block formats; a GGUF file's Q8_0/Q4_0 weights need no flag)")
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
   cmd->add_option("--tensor-parallel", o->tensor_parallel,
                   "split the model over N processes: mpirun -np N sinkgraph generate "
                   "--tensor-parallel N (rank 0 prints)");

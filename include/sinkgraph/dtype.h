@@ -1,6 +1,8 @@
 #pragma once
 // Element types. Kernels compute in f32; f16 and bf16 are storage formats
-// converted to and from f32 with IEEE round-to-nearest-even.
+// converted to and from f32 with IEEE round-to-nearest-even. u8 is raw bytes:
+// quantized weights in ggml's block layouts (Note [Quantized weights] in
+// include/sinkgraph/ops.h), read only by the operators made for them.
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -11,8 +13,8 @@
 
 namespace sinkgraph {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, boolean };
-inline constexpr int kNumDTypes = 6;
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, boolean, u8 };
+inline constexpr int kNumDTypes = 7;
 
 SG_API std::string_view dtype_name(DType dtype);  // "f32", "f16", ..., "bool"
 SG_API std::optional<DType> parse_dtype(std::string_view name);

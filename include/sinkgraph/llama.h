@@ -135,6 +135,26 @@ class SG_API LlamaModel {
   TensorParallel tp_;
 };
 
+// Quantized weights (Note [Quantized weights] in include/sinkgraph/ops.h):
+// any weight matrix (never a norm or bias) may be a u8 tensor [rows, cols /
+// 32 * B] of Q8_0 or Q4_0 blocks instead of f32 [rows, cols]; forward() then
+// computes with linear_q / embedding_q, reading the blocks in place.
+//
+// The format of quantized weight `w` whose rows hold `cols` values (from its
+// row width); a sinkgraph::Error naming `name` when the width fits neither.
+SG_API ops::QuantFormat quantized_format(const Tensor& w, std::int64_t cols,
+                                         const std::string& name);
+// True when any weight of `model` is quantized.
+SG_API bool is_quantized(const LlamaModel& model);
+// The same model with every weight matrix whose rows are whole blocks of 32
+// quantized to `format` (ggml's reference quantizers, as the GGUF writer);
+// norms, biases and matrices with other rows stay f32 (llama.cpp's
+// converter would write those f16: f32 is what they compute in here).
+// Weights already quantized are kept as they are.
+SG_API LlamaModel quantize_model(const LlamaModel& model, ops::QuantFormat format);
+// The same model with every quantized weight dequantized to f32 (d * q).
+SG_API LlamaModel dequantize_model(const LlamaModel& model);
+
 // Rank tp.rank's shard of `model` (TensorParallel above): the slices are
 // copied, so `model` can be released after. Throws sinkgraph::Error when
 // tp.size does not divide n_heads, n_kv_heads and hidden_dim, or for a rank
@@ -173,8 +193,10 @@ SG_API LlamaModel load_safetensors(const std::string& path, const std::string& c
                                    const TensorParallel& tp = {});
 // A GGUF file (llama.cpp's format, versions 2 and 3): architecture "llama"
 // (interleaved rotary layout) or "qwen2" (half-split, attention biases);
-// tensors f32, f16, bf16, Q8_0 or Q4_0. Q8_0 and Q4_0 weights are
-// dequantized to f32 at load. The metadata's tokenizer is not read here.
+// tensors f32, f16, bf16, Q8_0 or Q4_0. A Q8_0 or Q4_0 matrix keeps its
+// blocks (a u8 tensor; quantized_format below), except under tensor
+// parallelism, where every rank dequantizes its slices to f32. The
+// metadata's tokenizer is not read here.
 SG_API LlamaModel load_gguf(const std::string& path, const TensorParallel& tp = {});
 // Parsers over bytes already in memory (what the loaders and fuzzers call).
 SG_API LlamaModel parse_gguf(std::span<const std::uint8_t> bytes, const std::string& name,

@@ -43,6 +43,32 @@ SG_API Tensor matmul(const Tensor& a, const Tensor& b);
 // x[..., K] @ w[N, K]^T : weights stored output-major as in llama2.c.
 SG_API Tensor linear(const Tensor& x, const Tensor& w);
 
+// Note [Quantized weights]
+// A weight in one of ggml's block formats is a u8 tensor [N, K / 32 * B]:
+// row n holds row n of the [N, K] matrix as K / 32 blocks of B bytes, each
+// one f16 scale d and 32 values (Q8_0, B = 34: int8 q, value d * q; Q4_0,
+// B = 18: 16 bytes of nibbles, the low nibble of byte j value j and the high
+// nibble value j + 16, value d * (nibble - 8); src/models/gguf.h). linear_q
+// and embedding_q read the blocks where they lie: no f32 copy of the matrix
+// is made, so a step reads 34 / 128 (Q8_0) or 18 / 128 (Q4_0) of an f32
+// weight's bytes. Activations stay f32: each block is widened to f32 in
+// registers (d * q, exactly what the dequantizer gives) and multiplied into
+// f32 sums, so linear_q(x, w) is x @ dequantize(w)^T up to the order of the
+// sums (it does not quantize x as llama.cpp does, and loses nothing to it).
+// Each row of x has its own sums, in the same order whatever the rows
+// around it, the block of rows or the thread count: a row's result is
+// bitwise the same in any batch.
+enum class QuantFormat : std::int64_t { q8_0 = 0, q4_0 = 1 };
+inline constexpr std::int64_t kQuantBlockValues = 32;
+// Bytes per block: 34 (q8_0), 18 (q4_0).
+SG_API std::int64_t quant_block_bytes(QuantFormat format);
+SG_API const char* quant_format_name(QuantFormat format);  // "q8_0", "q4_0"
+// x[..., K] (f32) @ dequantize(w)^T for w a u8 [N, K / 32 * B] in `format`: [..., N].
+SG_API Tensor linear_q(const Tensor& x, const Tensor& w, QuantFormat format);
+// Rows of the quantized table w (u8 [V, D / 32 * B]) picked by ids[...],
+// dequantized: f32 [..., D]; an id out of range is a sticky kernel error.
+SG_API Tensor embedding_q(const Tensor& w, const Tensor& ids, QuantFormat format);
+
 // Softmax over the last dimension.
 SG_API Tensor softmax(const Tensor& x);
 // x * rsqrt(mean(x^2) + eps) * weight, over the last dimension.

@@ -75,7 +75,7 @@ class Generator:
     same names, for calls with many prompts."""
 
     def __init__(self, model=None, mode="reduce-overhead", *, max_batch=16, capture_sizes=None,
-                 graph_memory_budget=0):
+                 graph_memory_budget=0, quantize=None):
         if model is None:
             model = default_model()
             if model is None:
@@ -83,7 +83,7 @@ class Generator:
                                "or model=\"builtin\"")
         self._gen = _C.Generator(os.fspath(model), mode, int(max_batch),
                                  [int(s) for s in (capture_sizes or [])],
-                                 int(graph_memory_budget))
+                                 int(graph_memory_budget), str(quantize or ""))
         self.model = os.fspath(model)
 
     @property
@@ -125,7 +125,7 @@ class Generator:
 
 def generate(prompt, model=None, mode="reduce-overhead", max_new_tokens=128, **kwargs):
     """One call on a fresh Generator(model, mode): see Generator.generate."""
-    gen_keys = ("max_batch", "capture_sizes", "graph_memory_budget")
+    gen_keys = ("max_batch", "capture_sizes", "graph_memory_budget", "quantize")
     gen_args = {k: kwargs.pop(k) for k in gen_keys if k in kwargs}
     return Generator(model, mode, **gen_args).generate(prompt, max_new_tokens, **kwargs)
 

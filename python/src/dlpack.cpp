@@ -30,6 +30,7 @@ sg::DType dtype_from_dl(const DLDataType& t) {
     if (t.code == kDLInt && t.bits == 32) return sg::DType::i32;
     if (t.code == kDLInt && t.bits == 64) return sg::DType::i64;
     if (t.code == kDLBoolCode && t.bits == 8) return sg::DType::boolean;
+    if (t.code == kDLUInt && t.bits == 8) return sg::DType::u8;
   }
   SG_CHECK(false, "a tensor of DLPack type (code ", static_cast<int>(t.code), ", bits ",
            static_cast<int>(t.bits), ", lanes ", t.lanes,
@@ -52,6 +53,8 @@ DLDataType dl_from_dtype(sg::DType d) {
       return {kDLInt, 64, 1};
     case sg::DType::boolean:
       return {kDLBoolCode, 8, 1};
+    case sg::DType::u8:
+      return {kDLUInt, 8, 1};
   }
   SG_ASSERT(false, "unknown dtype");
   return {kDLFloat, 32, 1};

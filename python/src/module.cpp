@@ -319,7 +319,10 @@ class CompiledGraph {
 std::unique_ptr<sg::Generator> make_generator(const std::string& model, const std::string& mode,
                                               std::int64_t max_batch,
                                               std::vector<std::int64_t> capture_sizes,
-                                              std::int64_t graph_memory_budget) {
+                                              std::int64_t graph_memory_budget,
+                                              const std::string& quantize) {
+  SG_CHECK(quantize.empty() || quantize == "q8_0" || quantize == "q4_0",
+           "Generator: quantize must be \"q8_0\", \"q4_0\" or None, got \"", quantize, "\"");
   sg::GeneratorConfig config;
   config.mode = sg::parse_mode(mode);
   config.max_batch = max_batch;
@@ -329,6 +332,10 @@ std::unique_ptr<sg::Generator> make_generator(const std::string& model, const st
   sg::models::LlamaModel m = model == "builtin"
                                  ? sg::models::random_model(sg::models::builtin_config(), 0)
                                  : sg::models::load_model(model);
+  if (!quantize.empty()) {
+    m = sg::models::quantize_model(
+        m, quantize == "q8_0" ? sg::ops::QuantFormat::q8_0 : sg::ops::QuantFormat::q4_0);
+  }
   return std::make_unique<sg::Generator>(std::move(m), std::move(config));
 }
 
@@ -495,7 +502,7 @@ PYBIND11_MODULE(_C, m) {
   // takes it back for each id, and a Ctrl-C seen there ends the call.
   py::class_<sg::Generator>(m, "Generator")
       .def(py::init(&make_generator), py::arg("model"), py::arg("mode"), py::arg("max_batch"),
-           py::arg("capture_sizes"), py::arg("graph_memory_budget"))
+           py::arg("capture_sizes"), py::arg("graph_memory_budget"), py::arg("quantize"))
       .def("generate", &generate_one, py::arg("prompt"), py::arg("steps"), py::arg("temperature"),
            py::arg("seed"), py::arg("stop_ids"), py::arg("on_token"), py::arg("keep_logits"))
       .def("generate_batch", &generate_many, py::arg("prompts"), py::arg("steps"),

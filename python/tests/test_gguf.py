@@ -196,3 +196,21 @@ def test_bad_gguf_files_are_one_clear_error(tmp_path):
         sinkgraph.Generator(str(bad))
     with pytest.raises(sinkgraph.Error, match="needs format \"gguf\""):
         sinkgraph.convert_checkpoint(source, tmp_path / "x.safetensors", "safetensors", "q8_0")
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_quantize_at_load_is_the_gguf_files_model(tmp_path, fmt):
+    """Generator(quantize=...) computes on the same blocks a GGUF file of that
+    type holds: the same logits, bitwise (the same kernels on the same bytes)."""
+    source = tmp_path / "source.gguf"
+    write_with_ggml(hf_model("llama", False), "llama", GGMLQuantizationType.F32, source)
+    quantized = tmp_path / "q.gguf"
+    sinkgraph.convert_checkpoint(source, quantized, "gguf", fmt)
+    a = sinkgraph.Generator(str(source), quantize=fmt).generate([1, 2, 3], max_new_tokens=6,
+                                                                 keep_logits=True)
+    b = sinkgraph.Generator(str(quantized)).generate([1, 2, 3], max_new_tokens=6,
+                                                     keep_logits=True)
+    assert a.ids == b.ids
+    np.testing.assert_array_equal(a.logits, b.logits)
+    with pytest.raises(sinkgraph.Error, match="quantize must be"):
+        sinkgraph.Generator(str(source), quantize="q5_0")

@@ -5,9 +5,9 @@
 namespace sinkgraph {
 
 namespace {
-constexpr std::array<std::string_view, kNumDTypes> kNames = {"f32", "f16", "bf16",
-                                                             "i32", "i64", "bool"};
-constexpr std::array<std::size_t, kNumDTypes> kSizes = {4, 2, 2, 4, 8, 1};
+constexpr std::array<std::string_view, kNumDTypes> kNames = {"f32", "f16",  "bf16", "i32",
+                                                             "i64", "bool", "u8"};
+constexpr std::array<std::size_t, kNumDTypes> kSizes = {4, 2, 2, 4, 8, 1, 1};
 }  // namespace
 
 std::string_view dtype_name(DType dtype) { return kNames[static_cast<std::size_t>(dtype)]; }

@@ -151,6 +151,23 @@ Tensor decode_tensor(std::span<const std::uint8_t> raw, DType dtype, const Shape
   return t;
 }
 
+Tensor bytes_to_tensor(std::span<const std::uint8_t> bytes, const Shape& shape) {
+  SG_ASSERT(static_cast<std::size_t>(sinkgraph::numel(shape)) == bytes.size(),
+            "bytes_to_tensor: ", bytes.size(), " bytes for ", shape_str(shape));
+  Tensor t = Tensor::empty(shape, DType::u8);
+  current_stream(t.device()).synchronize();
+  t.device().copy_from_host(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::vector<std::uint8_t> tensor_to_bytes(const Tensor& t) {
+  SG_ASSERT(t.dtype() == DType::u8 && t.is_contiguous(), "tensor_to_bytes: ", t.str());
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(t.numel()));
+  current_stream(t.device()).synchronize();
+  t.device().copy_to_host(out.data(), t.data_ptr(), out.size());
+  return out;
+}
+
 void check_unused_tensor(std::span<const std::uint8_t> raw, DType dtype, const std::string& name) {
   SG_ASSERT(is_floating(dtype) && raw.size() % dtype_size(dtype) == 0,
             "check_unused_tensor: ", raw.size(), " bytes of ", dtype_name(dtype));
@@ -264,14 +281,15 @@ namespace sinkgraph::models {
 void save_model(const LlamaModel& model, const std::string& path, CheckpointFormat format,
                 DType dtype) {
   switch (format) {
+    // The formats without quantized types get the dequantized values.
     case CheckpointFormat::llama2c:
-      detail::save_llama2c(model, path, dtype);
+      detail::save_llama2c(dequantize_model(model), path, dtype);
       return;
     case CheckpointFormat::safetensors:
-      detail::save_safetensors(model, path, dtype);
+      detail::save_safetensors(dequantize_model(model), path, dtype);
       return;
     case CheckpointFormat::hf:
-      detail::save_hf_checkpoint(model, path, dtype, 1);
+      detail::save_hf_checkpoint(dequantize_model(model), path, dtype, 1);
       return;
     case CheckpointFormat::gguf:
       SG_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16, path,

@@ -97,6 +97,11 @@ void check_split(const LlamaConfig& c, const TensorParallel& tp);
 Tensor decode_tensor_slice(std::span<const std::uint8_t> raw, DType dtype, const Shape& shape,
                            const ShardSlice& slice, const std::string& name);
 
+// A new u8 tensor of `shape` holding `bytes` (a quantized weight's blocks),
+// and the bytes of a contiguous u8 tensor.
+Tensor bytes_to_tensor(std::span<const std::uint8_t> bytes, const Shape& shape);
+std::vector<std::uint8_t> tensor_to_bytes(const Tensor& t);
+
 // Appends `t`'s values converted to `dtype` (f32, f16 or bf16), little-endian.
 void append_encoded(std::vector<std::uint8_t>& out, const Tensor& t, DType dtype);
 void append_i32(std::vector<std::uint8_t>& out, std::int32_t value);

@@ -195,9 +195,10 @@ Shape torch_shape(const GgufTensorInfo& t) {
   return s;
 }
 
-// One tensor decoded to f32 (whole, or rank tp.rank's slice).
+// One tensor decoded to f32 (whole, or rank tp.rank's slice), or a Q8_0 /
+// Q4_0 matrix kept as its blocks when `keep_blocks`.
 Tensor decode(const GgufFile& f, const GgufTensorInfo& t, const Shape& shape,
-              const std::optional<detail::ShardSlice>& slice) {
+              const std::optional<detail::ShardSlice>& slice, bool keep_blocks) {
   const auto raw = detail::checked_range(f.data, t.offset, t.nbytes, f.name, "tensor " + t.name);
   const std::string what = f.name + ": tensor " + t.name;
   const auto decode_as = [&](std::span<const std::uint8_t> bytes, DType dtype) {
@@ -213,7 +214,15 @@ Tensor decode(const GgufFile& f, const GgufTensorInfo& t, const Shape& shape,
       return decode_as(raw, DType::bf16);
     case GgmlType::q8_0:
     case GgmlType::q4_0: {
-      // Dequantized whole, then decoded (and checked) as f32.
+      // A matrix keeps its blocks (Note [Quantized weights] in ops.h),
+      // except under tensor parallelism (shard_model does not split blocks:
+      // every rank dequantizes) and for a 1-D tensor: those are dequantized
+      // whole, then decoded (and checked) as f32.
+      if (keep_blocks && !slice && shape.size() == 2) {
+        detail::check_block_scales(t.type, raw, what);
+        const auto width = static_cast<std::int64_t>(t.nbytes) / shape[0];
+        return detail::bytes_to_tensor(raw, {shape[0], width});
+      }
       std::vector<float> values(static_cast<std::size_t>(numel(shape)));
       detail::dequantize_blocks(t.type, raw, values, what);
       const auto* p = reinterpret_cast<const std::uint8_t*>(values.data());
@@ -256,7 +265,8 @@ LlamaModel parse_gguf(std::span<const std::uint8_t> bytes, const std::string& na
     const auto slice = slot.layer >= 0 ? detail::shard_slice(c, tp, detail::slot_member(slot))
                        : classifier    ? detail::classifier_slice(c, tp)
                                        : std::nullopt;
-    detail::slot_tensor(weights, slot) = decode(f, *t, detail::slot_shape(c, slot), slice);
+    detail::slot_tensor(weights, slot) =
+        decode(f, *t, detail::slot_shape(c, slot), slice, tp.size == 1);
   }
   if (c.shared_classifier) weights.output = weights.tok_embeddings;
   return LlamaModel(c, std::move(weights), tp);
@@ -268,6 +278,8 @@ LlamaModel load_gguf(const std::string& path, const TensorParallel& tp) {
 }
 
 void save_gguf(const LlamaModel& model_in, const std::string& path, GgufType type) {
+  // A quantized matrix of the type asked for is written as it is; one of
+  // another type is dequantized, then written as asked.
   const Arch& arch = model_in.config().attention_bias ? kQwen2 : kLlama;
   const LlamaModel model = convert_rope_style(model_in, arch.rope_style);
   LlamaConfig c = model.config();
@@ -301,9 +313,10 @@ void save_gguf(const LlamaModel& model_in, const std::string& path, GgufType typ
     const Tensor& t = detail::slot_tensor(w, s);
     const Shape want = detail::slot_shape(c, s);
     const std::string key = gguf_name(s);
-    SG_CHECK(t.defined() && t.shape() == want, path, ": tensor ", key, " is ",
-             t.defined() ? t.str() : std::string("undefined"), " but the config needs shape ",
-             shape_str(want));
+    SG_CHECK(t.defined() && (t.shape() == want ||
+                             (t.dtype() == DType::u8 && t.ndim() == 2 && t.shape()[0] == want[0])),
+             path, ": tensor ", key, " is ", t.defined() ? t.str() : std::string("undefined"),
+             " but the config needs shape ", shape_str(want));
     // Norms and biases stay f32 (as llama.cpp keeps them). A matrix whose
     // rows are not whole blocks of 32 cannot be Q8_0 or Q4_0: it is written
     // f16, as llama.cpp's converter falls back.
@@ -312,12 +325,26 @@ void save_gguf(const LlamaModel& model_in, const std::string& path, GgufType typ
         static_cast<std::uint64_t>(want.back()) % detail::kQuantBlock != 0) {
       gt = GgmlType::f16;
     }
+    // The values to write: a quantized matrix's blocks when they are of the
+    // type asked for, else its (dequantized) values.
     std::vector<std::uint8_t> bytes;
-    if (gt == GgmlType::q8_0 || gt == GgmlType::q4_0) {
-      const std::vector<float> values = t.to_floats();
-      detail::quantize_blocks(gt, values, bytes);
-    } else {
-      detail::append_encoded(bytes, t,
+    Tensor values = t;
+    if (t.dtype() == DType::u8) {
+      const std::string what = std::string(path).append(": tensor ").append(key);
+      const auto f = quantized_format(t, want[1], what);
+      const GgmlType have = f == ops::QuantFormat::q8_0 ? GgmlType::q8_0 : GgmlType::q4_0;
+      bytes = detail::tensor_to_bytes(t);
+      if (have != gt) {
+        std::vector<float> f32(static_cast<std::size_t>(want[0] * want[1]));
+        detail::dequantize_blocks(have, bytes, f32, what);
+        values = Tensor::from_floats(f32, want);
+        bytes.clear();
+      }
+    }
+    if (values.dtype() != DType::u8 && (gt == GgmlType::q8_0 || gt == GgmlType::q4_0)) {
+      detail::quantize_blocks(gt, values.to_floats(), bytes);
+    } else if (values.dtype() != DType::u8) {
+      detail::append_encoded(bytes, values,
                              gt == GgmlType::f32   ? DType::f32
                              : gt == GgmlType::f16 ? DType::f16
                                                    : DType::bf16);

@@ -431,12 +431,14 @@ void save_hf_checkpoint(const LlamaModel& model_in, const std::string& dir, DTyp
 }  // namespace detail
 
 void save_hf(const LlamaModel& model, const std::string& dir, DType dtype, std::int64_t shards) {
-  detail::save_hf_checkpoint(model, dir, dtype, shards);
+  detail::save_hf_checkpoint(dequantize_model(model), dir, dtype, shards);
 }
 
-LlamaModel convert_rope_style(const LlamaModel& model, ops::RopeStyle style) {
+LlamaModel convert_rope_style(const LlamaModel& model_in, ops::RopeStyle style) {
+  if (model_in.config().rope_style == style) return model_in;
+  // Rows are permuted on f32 values: a quantized model is dequantized first.
+  const LlamaModel model = dequantize_model(model_in);
   const LlamaConfig& c = model.config();
-  if (c.rope_style == style) return model;
   detail::validate_config(c, "convert_rope_style");
   LlamaWeights w = model.weights();  // tensors shared with `model`
   SG_CHECK(static_cast<std::int64_t>(w.layers.size()) == c.n_layers,

@@ -558,6 +558,19 @@ void quantize_blocks(GgmlType type, std::span<const float> x, std::vector<std::u
   }
 }
 
+void check_block_scales(GgmlType type, std::span<const std::uint8_t> blocks,
+                        const std::string& what) {
+  const std::uint64_t bb = ggml_block_bytes(type);
+  SG_ASSERT(blocks.size() % bb == 0, "check_block_scales: ", blocks.size(), " bytes");
+  for (std::size_t b = 0; b < blocks.size() / bb; ++b) {
+    std::uint16_t bits = 0;
+    std::memcpy(&bits, blocks.data() + b * bb, 2);
+    SG_CHECK((bits & 0x7C00U) != 0x7C00U, what, ": block ", b, " (values ", b * kQuantBlock, " to ",
+             (b + 1) * kQuantBlock - 1, ") has scale ", f16_to_f32(bits),
+             "; a weight must be finite");
+  }
+}
+
 void dequantize_blocks(GgmlType type, std::span<const std::uint8_t> blocks, std::span<float> out,
                        const std::string& what) {
   const std::uint64_t bb = ggml_block_bytes(type);

@@ -140,6 +140,10 @@ class GgufWriter {
 constexpr std::uint64_t kQuantBlock = 32;
 // Appends `x` (a multiple of 32 values) as blocks of `type` (q8_0 or q4_0).
 void quantize_blocks(GgmlType type, std::span<const float> x, std::vector<std::uint8_t>& out);
+// Checks that every block of `blocks` (q8_0 or q4_0) has a finite scale; an
+// error naming `what` and the block otherwise.
+void check_block_scales(GgmlType type, std::span<const std::uint8_t> blocks,
+                        const std::string& what);
 // Decodes `blocks` of `type` (q8_0 or q4_0) into `out` (32 values per
 // block). A scale that is not finite is an error naming `what`.
 void dequantize_blocks(GgmlType type, std::span<const std::uint8_t> blocks, std::span<float> out,

@@ -60,13 +60,20 @@ std::string LlamaConfig::str() const {
 }
 
 std::string LlamaModel::trace_key() const {
-  // Bump the leading tag when forward() changes what it records.
+  // Bump the leading tag when forward() changes what it records. Which
+  // weights are quantized, and how, changes the operators recorded: each
+  // quantized matrix is named with its row width in bytes (which, with the
+  // config, says its format).
+  std::ostringstream quantized;
+  for (const auto& [name, t] : named_parameters()) {
+    if (t->dtype() == DType::u8) quantized << " " << name << " u8[" << t->shape()[1] << "]";
+  }
   std::ostringstream out;
-  out << "sinkgraph.llama.forward/2: " << config_.str() << ", norm_eps " << std::hexfloat
-      << config_.norm_eps << ", rope_theta " << config_.rope_theta << ", weights "
-      << dtype_name(weights_.tok_embeddings.dtype()) << std::dec << ", tensor parallel " << tp_.rank
-      << "/" << tp_.size << " group " << tp_.group << " classifier "
-      << (tp_.classifier == ClassifierSplit::vocab ? "vocab" : "replicated");
+  out << "sinkgraph.llama.forward/3: " << config_.str() << ", quantized:" << quantized.str()
+      << ", norm_eps " << std::hexfloat << config_.norm_eps << ", rope_theta " << config_.rope_theta
+      << ", weights " << dtype_name(weights_.tok_embeddings.dtype()) << std::dec
+      << ", tensor parallel " << tp_.rank << "/" << tp_.size << " group " << tp_.group
+      << " classifier " << (tp_.classifier == ClassifierSplit::vocab ? "vocab" : "replicated");
   return out.str();
 }
 
@@ -74,10 +81,17 @@ namespace {
 
 void check_shape(const Tensor& t, const Shape& want, const std::string& name) {
   SG_CHECK(t.defined(), "model: tensor ", name, " is missing");
+  if (t.dtype() == DType::u8 && want.size() == 2) {  // Note [Quantized weights] in ops.h
+    SG_CHECK(t.shape().size() == 2 && t.shape()[0] == want[0] && t.is_contiguous(),
+             "model: quantized tensor ", name, " has shape ", shape_str(t.shape()),
+             "; expected a contiguous ", want[0], " rows of blocks");
+    (void)quantized_format(t, want[1], name);
+    return;
+  }
   SG_CHECK(t.shape() == want, "model: tensor ", name, " has shape ", shape_str(t.shape()),
            "; expected ", shape_str(want));
   SG_CHECK(t.dtype() == DType::f32, "model: tensor ", name, " has dtype ", dtype_name(t.dtype()),
-           "; expected f32");
+           "; expected f32", want.size() == 2 ? " (or u8 blocks of q8_0 or q4_0)" : "");
 }
 
 // The per-rank sizes of a tensor-parallel split (everything whole at size 1).
@@ -103,10 +117,23 @@ Split split_of(const LlamaConfig& c, const TensorParallel& tp) {
           by_vocab ? c.vocab_size / tp.size : c.vocab_size};
 }
 
+// x @ w^T, with w f32 or quantized (its format from its width and x's K).
+Tensor linear(const Tensor& x, const Tensor& w) {
+  if (w.dtype() != DType::u8) return ops::linear(x, w);
+  const std::int64_t k = x.sym_size(x.ndim() - 1).value();
+  return ops::linear_q(x, w, quantized_format(w, k, "linear"));
+}
+
 // x @ w^T, plus the bias where the model has one (attention_bias).
 Tensor project(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const Tensor y = ops::linear(x, w);
+  const Tensor y = linear(x, w);
   return bias.defined() ? ops::add(y, bias) : y;
+}
+
+// Rows `tokens` of the embedding, f32 or quantized.
+Tensor embed(const Tensor& table, const Tensor& tokens, std::int64_t dim) {
+  if (table.dtype() != DType::u8) return ops::embedding(table, tokens);
+  return ops::embedding_q(table, tokens, quantized_format(table, dim, "tok_embeddings.weight"));
 }
 
 }  // namespace
@@ -188,7 +215,7 @@ Tensor reduce_partial(const Tensor& x, const TensorParallel& tp) {
 // order, dim 0) and interleaved back into whole rows.
 Tensor classify(const Tensor& x, const Tensor& output, const LlamaConfig& c,
                 const TensorParallel& tp) {
-  Tensor local = ops::linear(x, output);  // [rows, vocab / size] or [rows, vocab]
+  Tensor local = linear(x, output);  // [rows, vocab / size] or [rows, vocab]
   const std::int64_t part = output.shape()[0];
   if (part == c.vocab_size) return local;
   const SymInt rows = x.sym_size(0);
@@ -201,8 +228,8 @@ Tensor classify(const Tensor& x, const Tensor& output, const LlamaConfig& c,
 // h = rms_norm(x).
 Tensor feed_forward(const Tensor& x, const LlamaLayer& w, double eps, const TensorParallel& tp) {
   const Tensor h = ops::rms_norm(x, w.ffn_norm, eps);
-  const Tensor gate = ops::mul(ops::silu(ops::linear(h, w.w1)), ops::linear(h, w.w3));
-  return ops::add(x, reduce_partial(ops::linear(gate, w.w2), tp));
+  const Tensor gate = ops::mul(ops::silu(linear(h, w.w1)), linear(h, w.w3));
+  return ops::add(x, reduce_partial(linear(gate, w.w2), tp));
 }
 
 }  // namespace
@@ -213,7 +240,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
   const std::int64_t d = c.head_size();
   const Split s = split_of(c, tp_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [P, dim]
+  Tensor x = embed(weights_.tok_embeddings, tokens, c.dim);  // [P, dim]
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     // Attention: q, k, v; rotate q and k; write k and v into the cache at pos0.
@@ -230,7 +257,7 @@ Tensor LlamaModel::forward(const Tensor& tokens, const SymInt& pos0, const Tenso
     ops::index_copy_(k_cache, pos0, k);
     ops::index_copy_(v_cache, pos0, v);
     const Tensor a = ops::attention(q, k_cache, v_cache, pos0 + p, scale);
-    x = ops::add(x, reduce_partial(ops::linear(ops::view(a, {p, s.heads * d}), w.wo), tp_));
+    x = ops::add(x, reduce_partial(linear(ops::view(a, {p, s.heads * d}), w.wo), tp_));
     x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
@@ -257,8 +284,8 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
   const std::int64_t d = c.head_size();
   const Split s = split_of(c, tp_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const Tensor slots = ops::narrow(kv_cache, 0, 0, b);         // the first B slots
-  Tensor x = ops::embedding(weights_.tok_embeddings, tokens);  // [B, dim]
+  const Tensor slots = ops::narrow(kv_cache, 0, 0, b);       // the first B slots
+  Tensor x = embed(weights_.tok_embeddings, tokens, c.dim);  // [B, dim]
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& w = weights_.layers[static_cast<std::size_t>(l)];
     const Tensor h = ops::rms_norm(x, w.attention_norm, c.norm_eps);
@@ -275,7 +302,7 @@ Tensor LlamaModel::forward_batched(const Tensor& tokens, const Tensor& pos,
     ops::index_copy_rows_(k_cache, pos, k);
     ops::index_copy_rows_(v_cache, pos, v);
     const Tensor a = ops::attention_rows(q, k_cache, v_cache, pos, scale);
-    x = ops::add(x, reduce_partial(ops::linear(ops::view(a, {b, s.heads * d}), w.wo), tp_));
+    x = ops::add(x, reduce_partial(linear(ops::view(a, {b, s.heads * d}), w.wo), tp_));
     x = feed_forward(x, w, c.norm_eps, tp_);
   }
   x = ops::rms_norm(x, weights_.norm, c.norm_eps);
@@ -430,6 +457,10 @@ std::optional<ShardSlice> classifier_slice(const LlamaConfig& c, const TensorPar
 LlamaModel shard_model(const LlamaModel& model, const TensorParallel& tp) {
   SG_CHECK(model.tensor_parallel().size == 1, "shard_model: the model is already a shard (rank ",
            model.tensor_parallel().rank, " of ", model.tensor_parallel().size, ")");
+  SG_CHECK(
+      !is_quantized(model), "shard_model: the model has quantized weights, which are not ",
+      "split across ranks; shard the f32 model (a GGUF file's Q8_0/Q4_0 weights are ",
+      "dequantized when it is loaded for tensor parallelism), then quantize_model() each shard");
   const LlamaConfig& c = model.config();
   // This rank's slice of the layer weight `member` (detail::shard_slice),
   // copied out so that the whole tensor can be released.

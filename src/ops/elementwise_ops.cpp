@@ -35,8 +35,8 @@ TensorMeta binary_shape(const ShapeArgs& args) {
   const TensorMeta& a = args.tensors[0];
   const TensorMeta& b = args.tensors[1];
   check_same_dtype(a, b, Name, "a", "b");
-  SG_CHECK(a.dtype != DType::boolean, Name, ": bool tensors are not supported (a: bool",
-           shape_str(a.shape), ")");
+  SG_CHECK(a.dtype != DType::boolean && a.dtype != DType::u8, Name, ": ", dtype_name(a.dtype),
+           " tensors are not supported (a: ", dtype_name(a.dtype), shape_str(a.shape), ")");
   return {a.dtype, broadcast_shapes(a.shape, b.shape, Name), a.device};
 }
 

@@ -23,6 +23,8 @@ inline constexpr char kSdpaCausal[] = "sdpa_causal";
 inline constexpr char kArgmax[] = "argmax";
 inline constexpr char kSample[] = "sample";
 inline constexpr char kCountNonfinite[] = "count_nonfinite";
+inline constexpr char kLinearQ[] = "linear_q";
+inline constexpr char kEmbeddingQ[] = "embedding_q";
 
 namespace {
 
@@ -67,6 +69,48 @@ TensorMeta linear_shape(const ShapeArgs& args) {
   SymShape out = x.shape;
   out.back() = w.shape[0];
   return {x.dtype, out, x.device};
+}
+
+// A quantized weight (Note [Quantized weights]): u8 [rows, K / 32 * B] in
+// `format` (an integer argument); returns K.
+SymInt quantized_width(const TensorMeta& w, std::int64_t format, const char* op, const char* arg) {
+  SG_CHECK(format == 0 || format == 1, op, ": format must be 0 (q8_0) or 1 (q4_0), got ", format);
+  const auto f = static_cast<ops::QuantFormat>(format);
+  SG_CHECK(w.dtype == DType::u8, op, ": ", arg, " has dtype ", dtype_name(w.dtype),
+           "; expected u8 blocks of ", ops::quant_format_name(f));
+  check_rank(w, 2, op, arg);
+  const auto bytes = w.shape[1].maybe_value();
+  SG_CHECK(bytes.has_value(), op, ": ", arg, shape_str(w.shape),
+           " must have a static row width (whole blocks)");
+  const std::int64_t b = ops::quant_block_bytes(f);
+  SG_CHECK(*bytes > 0 && *bytes % b == 0, op, ": ", arg, shape_str(w.shape), " rows of ", *bytes,
+           " bytes are not whole ", ops::quant_format_name(f), " blocks of ", b, " bytes");
+  return SymInt(*bytes / b * ops::kQuantBlockValues);
+}
+
+TensorMeta linear_q_shape(const ShapeArgs& args) {
+  const TensorMeta& x = args.tensors[0];
+  const TensorMeta& w = args.tensors[1];
+  SG_CHECK(x.dtype == DType::f32, "linear_q: x has dtype ", dtype_name(x.dtype), "; expected f32");
+  const SymInt k = quantized_width(w, args.integer(0), kLinearQ, "w");
+  SG_CHECK(x.shape.size() >= 2, "linear_q: x", shape_str(x.shape),
+           " must have at least 2 dims [..., K]");
+  SG_CHECK(x.shape.back() == k, "linear_q: x", shape_str(x.shape), " has K=", x.shape.back().str(),
+           " but w", shape_str(w.shape), " holds rows of K=", k.str(), " values");
+  SymShape out = x.shape;
+  out.back() = w.shape[0];
+  return {x.dtype, out, x.device};
+}
+
+TensorMeta embedding_q_shape(const ShapeArgs& args) {
+  const TensorMeta& w = args.tensors[0];
+  const TensorMeta& ids = args.tensors[1];
+  const SymInt d = quantized_width(w, args.integer(0), kEmbeddingQ, "weight");
+  SG_CHECK(is_integral(ids.dtype), "embedding_q: ids has dtype ", dtype_name(ids.dtype), " (shape ",
+           shape_str(ids.shape), "); expected i32 or i64");
+  SymShape out = ids.shape;
+  out.push_back(d);
+  return {DType::f32, out, w.device};
 }
 
 TensorMeta softmax_shape(const ShapeArgs& args) {
@@ -254,7 +298,8 @@ TensorMeta sdpa_mask_shape(const ShapeArgs& args) {
 
 TensorMeta argmax_shape(const ShapeArgs& args) {
   const TensorMeta& x = args.tensors[0];
-  SG_CHECK(x.dtype != DType::boolean, "argmax: bool input is not supported");
+  SG_CHECK(x.dtype != DType::boolean && x.dtype != DType::u8, "argmax: ", dtype_name(x.dtype),
+           " input is not supported");
   SG_CHECK(!x.shape.empty(), "argmax: x must have at least 1 dimension");
   SG_CHECK(!(x.shape.back() == SymInt(0)), "argmax: the last dimension of x", shape_str(x.shape),
            " is empty");
@@ -293,6 +338,9 @@ void register_nn_ops(OpRegistry& r) {
   const ArgSpec eps{"eps", ArgKind::real};
   r.add(make_op(kMatmul, {{"a"}, {"b"}}, matmul_shape));
   r.add(make_op(kLinear, {x, {"w"}}, linear_shape));
+  r.add(make_op(kLinearQ, {x, {"w"}, {"format", ArgKind::integer}}, linear_q_shape));
+  r.add(
+      make_op(kEmbeddingQ, {{"weight"}, {"ids"}, {"format", ArgKind::integer}}, embedding_q_shape));
   r.add(make_op(kSoftmax, {x}, softmax_shape));
   r.add(make_op(kRmsNorm, {x, {"weight"}, eps}, rms_norm_shape));
   r.add(make_op(kLayerNorm, {x, {"weight"}, {"bias"}, eps}, layer_norm_shape));
@@ -345,6 +393,19 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 Tensor linear(const Tensor& x, const Tensor& w) {
   return call(op_def<detail::kLinear>(), {&x, &w});
+}
+std::int64_t quant_block_bytes(QuantFormat format) {
+  return format == QuantFormat::q8_0 ? 2 + kQuantBlockValues : 2 + kQuantBlockValues / 2;
+}
+const char* quant_format_name(QuantFormat format) {
+  return format == QuantFormat::q8_0 ? "q8_0" : "q4_0";
+}
+Tensor linear_q(const Tensor& x, const Tensor& w, QuantFormat format) {
+  return call(op_def<detail::kLinearQ>(), {&x, &w}, {SymInt(static_cast<std::int64_t>(format))});
+}
+Tensor embedding_q(const Tensor& w, const Tensor& ids, QuantFormat format) {
+  return call(op_def<detail::kEmbeddingQ>(), {&w, &ids},
+              {SymInt(static_cast<std::int64_t>(format))});
 }
 Tensor softmax(const Tensor& x) { return call(op_def<detail::kSoftmax>(), {&x}); }
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {

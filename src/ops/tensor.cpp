@@ -138,6 +138,14 @@ Tensor Tensor::from_ints(std::span<const std::int64_t> values, const Shape& shap
   } else if (dtype == DType::i32) {
     std::vector<std::int32_t> v(values.begin(), values.end());
     copy_host_to_device(t, v.data(), v.size() * sizeof(std::int32_t));
+  } else if (dtype == DType::u8) {
+    std::vector<std::uint8_t> v(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      SG_CHECK(values[i] >= 0 && values[i] <= 255, "from_ints: value ", values[i], " at index ", i,
+               " does not fit u8");
+      v[i] = static_cast<std::uint8_t>(values[i]);
+    }
+    copy_host_to_device(t, v.data(), v.size());
   } else {
     std::vector<std::uint8_t> v(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) v[i] = values[i] != 0 ? 1 : 0;
@@ -245,6 +253,9 @@ std::vector<float> Tensor::to_floats() const {
       case DType::boolean:
         out[i] = bytes[i] != 0 ? 1.0F : 0.0F;
         break;
+      case DType::u8:
+        out[i] = static_cast<float>(bytes[i]);
+        break;
     }
   }
   return out;
@@ -261,6 +272,8 @@ std::vector<std::int64_t> Tensor::to_ints() const {
       std::int32_t v = 0;
       std::memcpy(&v, bytes.data() + 4 * i, 4);
       out[i] = v;
+    } else if (dtype_ == DType::u8) {
+      out[i] = bytes[i];
     } else {
       out[i] = bytes[i] != 0 ? 1 : 0;
     }

@@ -522,6 +522,14 @@ for t in f32 f16 bf16 q8_0 q4_0; do
 done
 check gguf-f32-ids 0 -- "$bin" generate --model "$tmp/m_f32.gguf" --steps 5 --print-ids
 expect gguf-f32-same-ids test "$(cat "$tmp/out")" = "$ids_ro"
+# --quantize computes on the same blocks the GGUF writer stores: the same ids.
+for t in q8_0 q4_0; do
+  check "gguf-$t-ids" 0 -- "$bin" generate --model "$tmp/m_$t.gguf" --steps 5 --print-ids
+  cp "$tmp/out" "$tmp/ids_gguf_$t"
+  check "quantize-$t" 0 -- "$bin" generate --model "$tmp/m.bin" --steps 5 --print-ids --quantize "$t"
+  expect "quantize-$t-same-ids-as-gguf" cmp -s "$tmp/out" "$tmp/ids_gguf_$t"
+done
+check quantize-bad 2 -- "$bin" generate --model "$tmp/m.bin" --steps 5 --quantize q5_0
 cp "$tmp/m_f32.gguf" "$tmp/gguf_no_suffix"
 check gguf-by-magic 0 -- "$bin" generate --model "$tmp/gguf_no_suffix" --steps 5 --print-ids
 expect gguf-by-magic-same-ids test "$(cat "$tmp/out")" = "$ids_ro"

@@ -23,9 +23,10 @@ bool is_f16_nan(std::uint16_t h) { return (h & 0x7C00U) == 0x7C00U && (h & 0x3FF
 bool is_bf16_nan(std::uint16_t b) { return (b & 0x7F80U) == 0x7F80U && (b & 0x7FU) != 0; }
 
 TEST(core_dtype, NamesParseAndSizes) {
-  const DType all[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean};
-  const char* names[] = {"f32", "f16", "bf16", "i32", "i64", "bool"};
-  const std::size_t sizes[] = {4, 2, 2, 4, 8, 1};
+  const DType all[] = {DType::f32, DType::f16,     DType::bf16, DType::i32,
+                       DType::i64, DType::boolean, DType::u8};
+  const char* names[] = {"f32", "f16", "bf16", "i32", "i64", "bool", "u8"};
+  const std::size_t sizes[] = {4, 2, 2, 4, 8, 1, 1};
   static_assert(std::size(all) == sinkgraph::kNumDTypes);
   for (int i = 0; i < sinkgraph::kNumDTypes; ++i) {
     EXPECT_EQ(sinkgraph::dtype_name(all[i]), names[i]);
@@ -42,6 +43,8 @@ TEST(core_dtype, NamesParseAndSizes) {
   EXPECT_FALSE(sinkgraph::is_floating(DType::i32));
   EXPECT_TRUE(sinkgraph::is_integral(DType::i64));
   EXPECT_FALSE(sinkgraph::is_integral(DType::boolean));
+  EXPECT_FALSE(sinkgraph::is_integral(DType::u8));  // raw bytes, not numbers to compute on
+  EXPECT_FALSE(sinkgraph::is_floating(DType::u8));
 }
 
 // ---- f16 ----------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "models/test_files.h"
 #include "sinkgraph/dtype.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/generate.h"
 #include "sinkgraph/llama.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/tensor.h"
@@ -150,7 +151,11 @@ TEST(models_gguf, every_type_round_trips_to_what_ggml_would_store) {
       const std::string path = dir.file(std::string("m_") + type_name(type) + ".gguf");
       sg::models::save_gguf(m, path, type);
       EXPECT_EQ(sg::models::checkpoint_format(path), sg::models::CheckpointFormat::gguf);
-      const LlamaModel back = sg::models::load_model(path);
+      const LlamaModel loaded = sg::models::load_model(path);
+      // Q8_0 and Q4_0 matrices stay blocks (Note [Quantized weights]); their
+      // values are what the blocks decode to.
+      EXPECT_EQ(sg::models::is_quantized(loaded), type == GgufType::q8_0 || type == GgufType::q4_0);
+      const LlamaModel back = sg::models::dequantize_model(loaded);
       const LlamaConfig& a = m.config();
       const LlamaConfig& b = back.config();
       EXPECT_EQ(b.str(), a.str());
@@ -209,7 +214,9 @@ TEST(models_gguf, a_rank_loads_only_its_shard_in_every_type) {
     SCOPED_TRACE(type_name(type));
     const std::string path = dir.file(std::string("m_") + type_name(type) + ".gguf");
     sg::models::save_gguf(m, path, type);
-    const LlamaModel whole = sg::models::load_model(path);
+    // A rank's Q8_0/Q4_0 slices are dequantized at load: the same values as
+    // the whole file's blocks.
+    const LlamaModel whole = sg::models::dequantize_model(sg::models::load_model(path));
     for (std::int64_t rank = 0; rank < 2; ++rank) {
       const sg::models::TensorParallel tp{0, rank, 2};
       const LlamaModel loaded = sg::models::load_model(path, tp);
@@ -221,6 +228,58 @@ TEST(models_gguf, a_rank_loads_only_its_shard_in_every_type) {
         EXPECT_EQ(a[i].second.to_floats(), b[i].second.to_floats()) << a[i].first;
       EXPECT_EQ(loaded.weight_bytes(), cut.weight_bytes());
     }
+  }
+}
+
+// Generated ids of `m` in `mode`.
+std::vector<std::int64_t> ids(const LlamaModel& m, sg::Mode mode) {
+  sg::GenerateOptions o;
+  o.prompt = {1, 5, 9};
+  o.steps = 8;
+  sg::GeneratorConfig config;
+  config.mode = mode;
+  return sg::generate(m, o, config).ids;
+}
+
+TEST(models_gguf, quantized_weights_are_computed_on_in_place_in_every_mode) {
+  const sgtest::TempDir dir("sg_gguf");
+  const LlamaModel m = sg::models::random_model(config({}, false), 12);
+  for (const auto format : {sg::ops::QuantFormat::q8_0, sg::ops::QuantFormat::q4_0}) {
+    const bool q8 = format == sg::ops::QuantFormat::q8_0;
+    SCOPED_TRACE(q8 ? "q8_0" : "q4_0");
+    const std::string path = dir.file(q8 ? "q8.gguf" : "q4.gguf");
+    sg::models::save_gguf(m, path, q8 ? GgufType::q8_0 : GgufType::q4_0);
+    const LlamaModel loaded = sg::models::load_model(path);
+    const LlamaModel quantized = sg::models::quantize_model(m, format);
+    // The file's blocks and quantize_model's are the same bytes: written
+    // back as they are, the file is the same file.
+    sg::models::save_gguf(quantized, dir.file("again.gguf"), q8 ? GgufType::q8_0 : GgufType::q4_0);
+    EXPECT_EQ(sgtest::read_bytes(dir.file("again.gguf")), sgtest::read_bytes(path));
+    EXPECT_EQ(loaded.weights().layers[0].wq.dtype(), sg::DType::u8);
+    EXPECT_EQ(loaded.weights().tok_embeddings.dtype(), sg::DType::u8);
+    EXPECT_EQ(loaded.weights().norm.dtype(), sg::DType::f32);
+    // A quarter (Q8_0: 34 of 128 bytes) or less of the f32 weights; the
+    // norms stay f32.
+    EXPECT_LT(loaded.weight_bytes() * (q8 ? 3 : 6), m.weight_bytes());
+    // The logits are those of the decoded weights, up to the order of sums.
+    const std::vector<float> got = logits(loaded);
+    const std::vector<float> want = logits(sg::models::dequantize_model(loaded));
+    float scale = 0;
+    for (const float v : want) scale = std::max(scale, std::fabs(v));
+    expect_close(got, want, 1e-5F * std::max(1.0F, scale));
+    // Every mode computes the same ids from the blocks.
+    const auto eager = ids(loaded, sg::Mode::eager);
+    EXPECT_EQ(ids(loaded, sg::Mode::reduce_overhead), eager);
+    EXPECT_EQ(ids(loaded, sg::Mode::max_autotune), eager);
+    // Writing it in a format without quantized types writes the decoded values.
+    sg::models::save_model(loaded, dir.file("back.bin"), sg::models::CheckpointFormat::llama2c);
+    EXPECT_EQ(logits(sg::models::load_model(dir.file("back.bin"))),
+              logits(sg::models::dequantize_model(loaded)));
+    expect_error(
+        [&] {
+          (void)sg::models::shard_model(loaded, {0, 0, 2});
+        },
+        {"shard_model", "quantized"});
   }
 }
 

@@ -68,6 +68,8 @@ void dispatch_all(DType dtype, Fn&& fn) {
       return fn.template operator()<std::int64_t>();
     case DType::boolean:
       return fn.template operator()<bool>();
+    case DType::u8:
+      return fn.template operator()<std::uint8_t>();
     default:
       return dispatch_float(dtype, std::forward<Fn>(fn));
   }

@@ -42,6 +42,10 @@ void index_copy_rows(const ArgBlock& args, KernelContext& ctx);  // (dst, index,
 // Linear algebra through OpenBLAS: tensors (a, b, out); linear is (x, w, out).
 void matmul(const ArgBlock& args, KernelContext& ctx);
 void linear(const ArgBlock& args, KernelContext& ctx);
+// Quantized weights (quant.cpp): tensors (x, w, out) and (w, ids, out);
+// scalars (format: i).
+void linear_q(const ArgBlock& args, KernelContext& ctx);
+void embedding_q(const ArgBlock& args, KernelContext& ctx);
 
 // Row operations over the last dimension.
 void softmax(const ArgBlock& args, KernelContext& ctx);     // (x, out)

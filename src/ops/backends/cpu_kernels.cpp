@@ -4,10 +4,18 @@
 // (a CUDA device, generated code) adds a table of its own, chosen in CMake.
 #include "../../kernels/cpu/kernels.h"
 #include "../../kernels/cpu/onednn.h"
+#include "../../kernels/cpu/quant.h"
 #include "../dispatch.h"
 #include "sinkgraph/ops.h"
 
 namespace sinkgraph::detail {
+
+// The quantized kernels number the formats as the operators do.
+static_assert(static_cast<std::int64_t>(kernels::cpu::quant::Format::q8_0) ==
+              static_cast<std::int64_t>(ops::QuantFormat::q8_0));
+static_assert(static_cast<std::int64_t>(kernels::cpu::quant::Format::q4_0) ==
+              static_cast<std::int64_t>(ops::QuantFormat::q4_0));
+static_assert(kernels::cpu::quant::kBlock == ops::kQuantBlockValues);
 
 void register_cpu_kernels(OpRegistry& r) {
   namespace k = kernels::cpu;
@@ -49,6 +57,8 @@ void register_cpu_kernels(OpRegistry& r) {
       // Linear algebra, rows, transformer pieces.
       {"matmul", k::matmul},
       {"linear", k::linear},
+      {"linear_q", k::linear_q},
+      {"embedding_q", k::embedding_q},
       {"softmax", k::softmax},
       {"rms_norm", k::rms_norm},
       {"layer_norm", k::layer_norm},
