@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -18,6 +21,7 @@
 #include "sinkgraph/files.h"
 #include "sinkgraph/generate.h"
 #include "sinkgraph/log.h"
+#include "sinkgraph/tokenizer.h"
 
 namespace sinkgraph::tools {
 
@@ -46,7 +50,9 @@ struct CliOptions {
   std::optional<std::int64_t> tensor_parallel;
   std::string tp_classifier = "vocab";
   std::string quantize;  // "", "q8_0" or "q4_0"
+  std::string prompt;    // --prompt: text, encoded by the model's tokenizer
   CLI::Option* prompt_ids_option = nullptr;
+  CLI::Option* prompt_option = nullptr;
   // Options that act only with --prompts-file; given without it they would
   // be silently ignored, so they are refused.
   std::vector<CLI::Option*> batch_only;
@@ -178,6 +184,8 @@ int run_batched(const CliOptions& o, std::vector<std::vector<std::int64_t>> prom
                 const models::LlamaModel& model, const std::string& model_path, bool primary) {
   SG_CHECK(o.prompt_ids_option == nullptr || o.prompt_ids_option->count() == 0,
            "--prompts-file and --prompt-ids: give one of them");
+  SG_CHECK(o.prompt_option == nullptr || o.prompt_option->count() == 0,
+           "--prompts-file and --prompt: give one of them");
   SG_CHECK(o.dump_logits.empty() && o.trace.empty() && !o.stream,
            "--prompts-file does not support --dump-logits, --trace or --stream yet");
   check_stop_id(o, model);
@@ -251,7 +259,23 @@ int run(const CliOptions& o) {
                        parallel.primary);
   }
   GenerateOptions g;
-  g.prompt = parse_ids(o.prompt_ids);
+  // Note [Text in and out]: --prompt is encoded with the tokenizer the
+  // checkpoint carries (load_tokenizer: GGUF metadata, or a Hugging Face
+  // folder's tokenizer.json); the summary then prints the text of the prompt
+  // and the generated ids. --print-ids, --stats and --stream keep to ids.
+  const std::string model_path = o.model.empty() ? default_model_path() : o.model;
+  const std::optional<models::Tokenizer> tokenizer =
+      model_path == kBuiltin ? std::nullopt : models::load_tokenizer(model_path);
+  if (o.prompt_option->count() > 0) {
+    SG_CHECK(o.prompt_ids_option->count() == 0, "--prompt and --prompt-ids: give one of them");
+    SG_CHECK(tokenizer.has_value(), "--prompt: ", model_path,
+             " carries no tokenizer (a GGUF file with tokenizer.ggml.* metadata, or a Hugging "
+             "Face folder with tokenizer.json, has one); give token ids with --prompt-ids");
+    g.prompt = tokenizer->encode(o.prompt, tokenizer->add_bos());
+    SG_CHECK(!g.prompt.empty(), "--prompt: \"", o.prompt, "\" encodes to no tokens");
+  } else {
+    g.prompt = parse_ids(o.prompt_ids);
+  }
   g.steps = o.steps;
   g.temperature = o.temperature;
   g.seed = parse_seed(o.seed_text);
@@ -278,7 +302,6 @@ int run(const CliOptions& o) {
   // stdout holds only the requested lines when --print-ids or --stats is given.
   const bool machine = o.print_ids || o.stats;
   std::FILE* report = machine ? stderr : stdout;
-  const std::string model_path = o.model.empty() ? default_model_path() : o.model;
   const models::LlamaModel model = load(model_path, parallel.tp, o.quantize);
   const models::LlamaConfig& c = model.config();
   check_stop_id(o, model);
@@ -326,6 +349,11 @@ int run(const CliOptions& o) {
     GraphCounters sum = r.prefill_counters;
     sum += r.decode_counters;
     if (!o.stream) std::printf("ids: %s\n", ids.c_str());
+    if (tokenizer) {
+      std::vector<std::int64_t> all = g.prompt;
+      all.insert(all.end(), r.ids.begin(), r.ids.end());
+      std::printf("text: %s\n", tokenizer->decode(all).c_str());
+    }
     std::printf("model: %s (%s)\n", model_path == kBuiltin ? "built-in random" : model_path.c_str(),
                 c.str().c_str());
     std::printf("mode: %s\n", o.mode.c_str());
@@ -353,6 +381,9 @@ void add_generate_command(CLI::App& app, int& status) {
                   "llama2.c .bin, .safetensors (config.json beside it), a folder (ours or a "
                   "Hugging Face Llama), or 'builtin' (random, dim 288); default: the shipped "
                   "stories260K");
+  o->prompt_option = cmd->add_option(
+      "--prompt", o->prompt,
+      "prompt text, encoded by the model's tokenizer (GGUF or Hugging Face tokenizer.json)");
   o->prompt_ids_option = cmd->add_option("--prompt-ids", o->prompt_ids,
                                          "prompt token ids, space separated (default: \"1\", BOS)");
   cmd->add_option("--prompts-file", o->prompts_file,

@@ -19,6 +19,7 @@
 // member is safe to call from several threads.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -100,5 +101,13 @@ class SG_API Tokenizer {
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
+
+// The tokenizer the checkpoint at `model_path` carries (any path
+// load_model() reads): a GGUF file's tokenizer.ggml.* metadata (only the
+// file's first bytes are read), or the tokenizer.json beside a safetensors
+// checkpoint with the BOS/EOS ids of its config.json. nullopt when it has
+// none (a llama2.c file, a folder without tokenizer.json, a GGUF file without
+// a vocabulary); a malformed one is a sinkgraph::Error naming the file.
+SG_API std::optional<Tokenizer> load_tokenizer(const std::string& model_path);
 
 }  // namespace sinkgraph::models

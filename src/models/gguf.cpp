@@ -328,9 +328,12 @@ const std::vector<std::string>* GgufFile::get_strings(std::string_view key) cons
   return &v->strings;
 }
 
-GgufFile parse_gguf_file(std::span<const std::uint8_t> bytes, const std::string& name) {
+namespace {
+
+// The header, metadata and tensor infos; returns the offset where they end.
+std::uint64_t parse_header(std::span<const std::uint8_t> bytes, const std::string& name,
+                           GgufFile& f) {
   Reader r(bytes, name);
-  GgufFile f;
   f.name = name;
   SG_CHECK(bytes.size() >= 4 && r.read<std::uint32_t>("the magic") == kMagic, name,
            ": not a GGUF file (it does not start with \"GGUF\")");
@@ -409,7 +412,20 @@ GgufFile parse_gguf_file(std::span<const std::uint8_t> bytes, const std::string&
     f.tensors.push_back(std::move(t));
   }
 
-  const std::uint64_t data_start = align_up(r.pos(), f.alignment);
+  return r.pos();
+}
+
+}  // namespace
+
+GgufFile parse_gguf_metadata(std::span<const std::uint8_t> bytes, const std::string& name) {
+  GgufFile f;
+  (void)parse_header(bytes, name, f);
+  return f;
+}
+
+GgufFile parse_gguf_file(std::span<const std::uint8_t> bytes, const std::string& name) {
+  GgufFile f;
+  const std::uint64_t data_start = align_up(parse_header(bytes, name, f), f.alignment);
   if (f.tensors.empty()) {
     f.data = {};
     return f;

@@ -96,6 +96,9 @@ struct GgufFile {
 // Parses and checks `bytes` (which must outlive the result: `data` points
 // into it). Every problem is a sinkgraph::Error naming `name`.
 GgufFile parse_gguf_file(std::span<const std::uint8_t> bytes, const std::string& name);
+// The header, metadata and tensor infos only (what a file's first bytes
+// hold): `data` stays empty and tensors' extents are not checked.
+GgufFile parse_gguf_metadata(std::span<const std::uint8_t> bytes, const std::string& name);
 
 // Builds a GGUF file (version 3, alignment 32) in memory.
 class GgufWriter {

@@ -530,6 +530,19 @@ for t in q8_0 q4_0; do
   expect "quantize-$t-same-ids-as-gguf" cmp -s "$tmp/out" "$tmp/ids_gguf_$t"
 done
 check quantize-bad 2 -- "$bin" generate --model "$tmp/m.bin" --steps 5 --quantize q5_0
+# Text in and out (Note [Text in and out] in generate_command.cpp): a GGUF file
+# with a vocabulary encodes --prompt and the summary prints the text; a model
+# without one refuses --prompt.
+if "$src/.venv/bin/python" -c "import gguf" 2>/dev/null; then
+  "$src/.venv/bin/python" "$src/tests/cli/gguf_add_vocab.py" "$tmp/m_f32.gguf" "$tmp/vocab.gguf"
+  check prompt-text 0 -- "$bin" generate --model "$tmp/vocab.gguf" --prompt "hello the world" --steps 4
+  expect prompt-text-said grep -q "^text: hello the world" "$tmp/out"
+  check prompt-text-ids 0 -- "$bin" generate --model "$tmp/vocab.gguf" --prompt "hello" --steps 4 --print-ids
+  expect prompt-text-ids-only test "$(wc -l <"$tmp/out")" = 1
+  check prompt-and-ids 2 -- "$bin" generate --model "$tmp/vocab.gguf" --prompt "hello" --prompt-ids "1 2"
+fi
+check prompt-no-tokenizer 2 -- "$bin" generate --model "$tmp/m.bin" --prompt "hello" --steps 2
+expect prompt-no-tokenizer-said grep -q "carries no tokenizer" "$tmp/err"
 cp "$tmp/m_f32.gguf" "$tmp/gguf_no_suffix"
 check gguf-by-magic 0 -- "$bin" generate --model "$tmp/gguf_no_suffix" --steps 5 --print-ids
 expect gguf-by-magic-same-ids test "$(cat "$tmp/out")" = "$ids_ro"
