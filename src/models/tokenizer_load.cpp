@@ -62,8 +62,8 @@ GgufFile read_metadata(const std::string& path, std::vector<std::uint8_t>& bytes
 std::vector<float> floats_of(const GgufFile& f, const char* key) {
   const GgufValue* v = f.find(key);
   if (v == nullptr) return {};
-  SG_CHECK(v->is_array && (v->type == detail::GgufValueType::f32 ||
-                           v->type == detail::GgufValueType::f64),
+  SG_CHECK(v->is_array &&
+               (v->type == detail::GgufValueType::f32 || v->type == detail::GgufValueType::f64),
            f.name, ": metadata ", key, " must be an array of floats");
   return {v->floats.begin(), v->floats.end()};
 }
@@ -135,8 +135,8 @@ std::optional<Tokenizer> hf_tokenizer(const fs::path& folder) {
   Tokenizer tok = Tokenizer::from_hf_json(
       read_text_file(json.string(), kMaxTokenizerJsonBytes, "tokenizer"), json.string());
   const std::string config_path = (folder / "config.json").string();
-  const nlohmann::json config = detail::parse_json(
-      read_text_file(config_path, 1'000'000, "config"), config_path, "the config");
+  const nlohmann::json config = detail::parse_json(read_text_file(config_path, 1'000'000, "config"),
+                                                   config_path, "the config");
   std::int64_t bos = config_token(config, "bos_token_id", config_path);
   std::int64_t eos = config_token(config, "eos_token_id", config_path);
   if (bos < 0) bos = tok.bos();

@@ -98,6 +98,13 @@ inline void widen_block(Format format, const std::uint8_t* block, __m512& lo, __
 }
 #endif
 
+#if defined(__AVX512F__)
+// How far ahead of the block being read the next is prefetched (Note
+// [Prefetching a row of blocks]): 128 blocks, 4.3 KiB of Q8_0 (32 gave
+// 14.7 tokens/s on the 1.1B shape with 2 threads, 64 to 256 gave 17-18.5).
+inline constexpr std::int64_t kPrefetchBlocks = 128;
+#endif
+
 // out[r] = x[r] . row w (blocks of `format`), for R rows of x at once: the
 // row of w is read once for all R.
 template <int R>
@@ -111,6 +118,12 @@ inline void dot_rows(Format format, const std::uint8_t* w, std::int64_t blocks,
   __m512 acc_hi[R];
   for (int r = 0; r < R; ++r) acc_lo[r] = acc_hi[r] = _mm512_setzero_ps();
   for (std::int64_t b = 0; b < blocks; ++b) {
+    // Note [Prefetching a row of blocks]: without it one thread read a
+    // row of Q8_0 blocks at about half the rate the f32 kernel streams
+    // (perf: the stalls were on the blocks' loads); the hardware
+    // prefetcher alone does not run far enough ahead of ~12 instructions
+    // per 34 bytes.
+    _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
     __m512 lo;
     __m512 hi;
     widen_block(format, w + b * bb, lo, hi);
