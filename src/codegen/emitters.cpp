@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 
 #include "../kernels/cpu/common.h"
+#include "../kernels/cpu/quant.h"
 #include "../kernels/fused_program.h"
 #include "sinkgraph/op_registry.h"
 
@@ -21,6 +22,7 @@ namespace sinkgraph::codegen {
 namespace {
 
 namespace fp = kernels::fused;
+namespace quant = kernels::cpu::quant;
 
 std::string i64(std::int64_t v) { return std::to_string(v) + "LL"; }
 
@@ -409,6 +411,64 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   return true;
 }
 
+// linear_q(x[..., K], w[N, K/32 blocks], format) (Note [Quantized weights]
+// in ops.h): per row of x, N dot products over the row of w's blocks, each
+// block's scale multiplied into its 32 widened values (sg_i8, or sg_lo4 and
+// sg_hi4 for Q4_0's nibbles) and into four 8-lane sums; the sums combine as
+// the kernel's halves do (quant::dot_rows). The same bounds as an f32
+// linear: a few rows of x, and a weight that does not stream (past
+// kStreamedWeightBytes the kernel, which prefetches a row of blocks ahead,
+// reads it faster), so stories260K's quantized decode step stays one region.
+bool emit_linear_q(const EmitArgs& a, std::string& out) {
+  const EmitTensor& x = a.inputs[0];
+  const EmitTensor& w = a.inputs[1];
+  const EmitTensor& o = *a.out;
+  if (x.dtype != DType::f32 || w.dtype != DType::u8 || o.dtype != DType::f32 ||
+      w.shape.size() != 2 || w.strides[1] != 1 || a.scalars[0].runtime)
+    return false;
+  const int nd = x.shape.size();
+  if (x.strides[nd - 1] != 1) return false;
+  const auto format = static_cast<quant::Format>(std::stoll(a.scalars[0].expr));
+  if (format != quant::Format::q8_0 && format != quant::Format::q4_0) return false;
+  const std::int64_t bb = quant::block_bytes(format);
+  const std::int64_t n = w.shape[0], blocks = w.shape[1] / bb, k = blocks * quant::kBlock;
+  std::int64_t rows = 1;
+  for (int d = 0; d < nd - 1; ++d) rows *= x.shape[d];
+  if (rows > kMaxLinearRows || n * w.shape[1] > kernels::kStreamedWeightBytes) return false;
+  auto lead = [&](const EmitTensor& t) { return row_offset(t, nd); };
+  out += "{\n" + row_loops(x);
+  out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
+                     o.ptr, lead(o));
+  const std::int64_t grain = kernels::grain_for(k);
+  const bool split = n / grain >= 2;
+  out += split ? fmt::format(
+                     "sg_parallel_for(pool, {}, {}, [&](long long n_lo, long long n_hi) {{\n"
+                     "for (long long n = n_lo; n < n_hi; ++n) {{\n",
+                     i64(n), i64(grain))
+               : fmt::format("for (long long n = 0; n < {}; ++n) {{\n", i64(n));
+  out += fmt::format("const unsigned char* wr = {} + n * {};\n", w.ptr, i64(w.strides[0]));
+  out += "sg_v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};\n";
+  out += fmt::format("for (long long b = 0; b < {}; ++b) {{\n", i64(blocks));
+  out += fmt::format(
+      "const unsigned char* blk = wr + b * {};\nconst float d = sg_f16(blk);\n"
+      "const float* xb = xr + b * 32;\n",
+      i64(bb));
+  out += format == quant::Format::q8_0 ? "a0 += sg_load8(xb) * (d * sg_i8(blk + 2));\n"
+                                         "a1 += sg_load8(xb + 8) * (d * sg_i8(blk + 10));\n"
+                                         "a2 += sg_load8(xb + 16) * (d * sg_i8(blk + 18));\n"
+                                         "a3 += sg_load8(xb + 24) * (d * sg_i8(blk + 26));\n"
+                                       : "a0 += sg_load8(xb) * (d * sg_lo4(blk + 2));\n"
+                                         "a1 += sg_load8(xb + 8) * (d * sg_lo4(blk + 10));\n"
+                                         "a2 += sg_load8(xb + 16) * (d * sg_hi4(blk + 2));\n"
+                                         "a3 += sg_load8(xb + 24) * (d * sg_hi4(blk + 10));\n";
+  out += "}\n";
+  out +=
+      fmt::format("orow[n * {}] = sg_hsum8((a0 + a2) + (a1 + a3));\n}}\n", i64(o.strides[nd - 1]));
+  if (split) out += "});\n";
+  out += close_loops(nd - 1) + "}\n";
+  return true;
+}
+
 // rope(x[T, H, D], pos0, theta, style): pairs (2i, 2i+1) (interleaved) or
 // (i, i + D/2) (half), rotated by (pos0 + t) / theta^(2i/D), as llama2.c.
 bool emit_rope(const EmitArgs& a, std::string& out) {
@@ -443,6 +503,16 @@ bool emit_rope(const EmitArgs& a, std::string& out) {
   return true;
 }
 
+// `id`, read from ids at the loop variables i0.., and checked: an id out of
+// range fails the region with the kernels' message.
+std::string embedding_id_check(const EmitTensor& ids, std::int64_t vocab) {
+  return "const long long id = " + at(ids, "i") + ";\n" +
+         fmt::format(
+             "if (id < 0 || id >= {0}) {{ SG_FAIL(\"token id %lld is out of range for an "
+             "embedding table of {1} rows (expected 0 <= id < {1})\", id); }}\n",
+             i64(vocab), vocab);
+}
+
 // embedding(weight[V, D], ids[...]): ids are checked; an id out of range
 // fails the region with the kernel's message.
 bool emit_embedding(const EmitArgs& a, std::string& out) {
@@ -455,11 +525,7 @@ bool emit_embedding(const EmitArgs& a, std::string& out) {
   const int nd = ids.shape.size();
   const std::int64_t vocab = w.shape[0], dim = w.shape[1];
   out += "{\n" + open_loops(ids.shape, "i", 0, nd);
-  out += "const long long id = " + at(ids, "i") + ";\n";
-  out += fmt::format(
-      "if (id < 0 || id >= {0}) {{ SG_FAIL(\"token id %lld is out of range for an embedding "
-      "table of {1} rows (expected 0 <= id < {1})\", id); }}\n",
-      i64(vocab), vocab);
+  out += embedding_id_check(ids, vocab);
   std::string base;  // o[i..., c]
   for (int d = 0; d < nd; ++d) {
     if (o.shape[d] == 1 || o.strides[d] == 0) continue;
@@ -469,6 +535,47 @@ bool emit_embedding(const EmitArgs& a, std::string& out) {
                      i64(dim), o.ptr, base, i64(o.strides[nd]), w.ptr, i64(w.strides[0]),
                      i64(w.strides[1]));
   out += close_loops(nd) + "}\n";
+  return true;
+}
+
+// embedding_q(weight[V, blocks], ids[...], format): the rows of the ids,
+// decoded block by block as the kernel (d * q, one product per value, so
+// the same values bitwise); ids are checked as for embedding.
+bool emit_embedding_q(const EmitArgs& a, std::string& out) {
+  const EmitTensor& w = a.inputs[0];
+  const EmitTensor& ids = a.inputs[1];
+  const EmitTensor& o = *a.out;
+  if (w.dtype != DType::u8 || o.dtype != DType::f32 || w.shape.size() != 2 || w.strides[1] != 1 ||
+      (ids.dtype != DType::i64 && ids.dtype != DType::i32) || a.scalars[0].runtime)
+    return false;
+  const auto format = static_cast<quant::Format>(std::stoll(a.scalars[0].expr));
+  if (format != quant::Format::q8_0 && format != quant::Format::q4_0) return false;
+  const std::int64_t bb = quant::block_bytes(format);
+  const int nd = ids.shape.size();
+  const std::int64_t vocab = w.shape[0], blocks = w.shape[1] / bb;
+  out += "{\n" + open_loops(ids.shape, "i", 0, nd);
+  out += embedding_id_check(ids, vocab);
+  std::string base;  // o[i..., c]
+  for (int d = 0; d < nd; ++d) {
+    if (o.shape[d] == 1 || o.strides[d] == 0) continue;
+    base += "i" + std::to_string(d) + " * " + i64(o.strides[d]) + " + ";
+  }
+  const std::string col =
+      fmt::format("{}[{}(b * 32 + {{}}) * {}]", o.ptr, base, i64(o.strides[nd]));
+  out += fmt::format("for (long long b = 0; b < {}; ++b) {{\n", i64(blocks));
+  out += fmt::format(
+      "const unsigned char* blk = {} + id * {} + b * {};\nconst float d = sg_f16(blk);\n", w.ptr,
+      i64(w.strides[0]), i64(bb));
+  if (format == quant::Format::q8_0) {
+    out += "for (int j = 0; j < 32; ++j) " + fmt::format(fmt::runtime(col), "j") +
+           " = d * static_cast<float>(static_cast<signed char>(blk[2 + j]));\n";
+  } else {
+    out += "for (int j = 0; j < 16; ++j) {\n" + fmt::format(fmt::runtime(col), "j") +
+           " = d * static_cast<float>((blk[2 + j] & 15) - 8);\n" +
+           fmt::format(fmt::runtime(col), "j + 16") +
+           " = d * static_cast<float>((blk[2 + j] >> 4) - 8);\n}\n";
+  }
+  out += "}\n" + close_loops(nd) + "}\n";
   return true;
 }
 
@@ -655,6 +762,8 @@ void register_emitters() {
     r.set_emitter("rms_norm", emit_rms_norm);
     r.set_emitter("add_rms_norm", emit_add_rms_norm);
     r.set_emitter("linear", emit_linear);
+    r.set_emitter("linear_q", emit_linear_q);
+    r.set_emitter("embedding_q", emit_embedding_q);
     r.set_emitter("rope", emit_rope);
     r.set_emitter("embedding", emit_embedding);
     r.set_emitter("index_copy_", emit_index_copy);

@@ -110,6 +110,35 @@ inline sg_v8 sg_load8(const float* p) {
   return v;
 }
 inline float sg_hsum8(sg_v8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+// Quantized weights (Note [Quantized weights] in ops.h): a block's f16 scale
+// as f32, exact, with no subnormal f32 on the way (a flush-to-zero mode
+// cannot change it); eight int8 values, or eight nibbles minus 8, as f32.
+inline float sg_f16(const unsigned char* p) {
+  unsigned short h;
+  __builtin_memcpy(&h, p, 2);
+  const unsigned e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  float f = __builtin_bit_cast(float, ((e + 112u) << 23) | (m << 13));
+  if (e == 0) f = static_cast<float>(m) * 0x1p-24f;
+  if (e == 31) f = __builtin_bit_cast(float, 0x7F800000u | (m << 13));
+  return (h & 0x8000u) != 0 ? -f : f;
+}
+typedef signed char sg_i8x8 __attribute__((vector_size(8)));
+typedef unsigned char sg_u8x8 __attribute__((vector_size(8)));
+inline sg_v8 sg_i8(const unsigned char* p) {
+  sg_i8x8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, sg_v8);
+}
+inline sg_v8 sg_lo4(const unsigned char* p) {
+  sg_u8x8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v & 15, sg_v8) - 8.0f;
+}
+inline sg_v8 sg_hi4(const unsigned char* p) {
+  sg_u8x8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v >> 4, sg_v8) - 8.0f;
+}
 }  // namespace
 #define SG_FAIL(...) do { std::snprintf(err, static_cast<std::size_t>(errlen), __VA_ARGS__); return 1; } while (0)
 )";
@@ -164,6 +193,8 @@ const char* c_type(DType t) {
       return "long long";
     case DType::i32:
       return "int";
+    case DType::u8:  // quantized weights' blocks (linear_q, embedding_q)
+      return "unsigned char";
     default:
       return nullptr;
   }

@@ -3,6 +3,7 @@
 // same function run eagerly through the kernels; updatable scalars patched per
 // replay; the compile cache's cold, warm and corrupt paths; and the fallback
 // when no compiler is available.
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "../trace/models.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/device.h"
+#include "sinkgraph/dtype.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/log.h"
 #include "sinkgraph/ops.h"
@@ -187,6 +189,91 @@ TEST_F(CodegenTest, embedding_rope_styles_and_a_run_time_range_error) {
       EXPECT_NE(std::string(e.what()).find("token id 12 is out of range"), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// Rows of ggml blocks (Note [Quantized weights]): random f16 scales in
+// [-0.05, 0.05], random bytes.
+sg::Tensor quantized(sg::ops::QuantFormat f, std::int64_t rows, std::int64_t k,
+                     std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-0.05F, 0.05F);
+  const std::int64_t bb = sg::ops::quant_block_bytes(f);
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t b = 0; b < rows * k / 32; ++b) {
+    const std::uint16_t d = sg::f32_to_f16(scale(rng));
+    bytes.push_back(d & 0xFF);
+    bytes.push_back(d >> 8);
+    for (std::int64_t j = 2; j < bb; ++j) bytes.push_back(static_cast<std::int64_t>(rng() % 256));
+  }
+  return sg::Tensor::from_ints(bytes, {rows, k / 32 * bb}, sg::DType::u8);
+}
+
+// linear_q and embedding_q generated in one region with their neighbours,
+// for 1 to 4 rows of x, an output count that is not a multiple of anything,
+// and both formats; a quantized weight too large for the caches keeps its
+// kernel, as an f32 one does.
+TEST_F(CodegenTest, quantized_linear_and_embedding_in_one_region) {
+  for (const auto f : {sg::ops::QuantFormat::q8_0, sg::ops::QuantFormat::q4_0}) {
+    SCOPED_TRACE(sg::ops::quant_format_name(f));
+    const sg::Tensor table = quantized(f, 11, 64, 1), w1 = quantized(f, 37, 64, 2);
+    const sg::Tensor w2 = quantized(f, 64, 96, 3), norm = rnd({64}, 4);
+    const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+      namespace o = sg::ops;
+      const sg::Tensor e = o::embedding_q(table, std::get<sg::Tensor>(a[0]), f);
+      const sg::Tensor h = o::linear_q(o::rms_norm(e, norm, 1e-5), w1, f);  // [rows, 37]
+      const sg::Tensor x = std::get<sg::Tensor>(a[1]);                      // [rows, 96]
+      return {o::silu(h), o::add(o::linear_q(x, w2, f), e)};
+    };
+    for (const std::int64_t rows : {1, 2, 3, 4}) {
+      SCOPED_TRACE(rows);
+      std::vector<std::int64_t> ids;
+      for (std::int64_t r = 0; r < rows; ++r) ids.push_back((r * 7 + 3) % 11);
+      const auto seed = static_cast<std::uint32_t>(rows);
+      auto c = check(fn, {{sg::Tensor::from_ints(ids, {rows}), rnd({rows, 96}, seed)}}, 1e-5F);
+      EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
+      EXPECT_EQ(c->explain(true).find("] linear_q("), std::string::npos) << c->explain(true);
+    }
+    const sg::Tensor big = quantized(f, 4096, 256, 5);  // 1.1 or 0.6 MiB of blocks
+    const Fn streamed = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+      return {sg::ops::silu(sg::ops::linear_q(std::get<sg::Tensor>(a[0]), big, f))};
+    };
+    auto c = check(streamed, {{rnd({1, 256}, 6)}}, 1e-5F);
+    EXPECT_NE(c->explain(true).find("] linear_q(f32[1,256]"), std::string::npos)
+        << c->explain(true);
+  }
+}
+
+// Every f16 bit pattern as a Q8_0 block's scale, times q = 1: the generated
+// decoding (the prelude's sg_f16: normal, subnormal, zero, inf, NaN, both
+// signs) gives the library's f16_to_f32 bitwise, NaN for NaN.
+TEST_F(CodegenTest, every_f16_scale_decodes_as_the_library_does) {
+  constexpr std::int64_t kPatterns = 65536;
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t h = 0; h < kPatterns; ++h) {
+    bytes.push_back(h & 0xFF);
+    bytes.push_back(h >> 8);
+    for (int j = 0; j < 32; ++j) bytes.push_back(j == 0 ? 1 : 0);
+  }
+  const sg::Tensor table = sg::Tensor::from_ints(bytes, {kPatterns, 34}, sg::DType::u8);
+  std::vector<std::int64_t> ids(kPatterns);
+  for (std::int64_t i = 0; i < kPatterns; ++i) ids[static_cast<std::size_t>(i)] = i;
+  const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    return {sg::ops::embedding_q(table, std::get<sg::Tensor>(a[0]), sg::ops::QuantFormat::q8_0)};
+  };
+  auto c = sg::compile(fn, sg::get_backend(config()));
+  const std::vector<float> got = (*c)({sg::Tensor::from_ints(ids, {kPatterns})})[0].to_floats();
+  EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kPatterns * 32));
+  int bad = 0;
+  for (std::int64_t h = 0; h < kPatterns; ++h) {
+    const float want = sg::f16_to_f32(static_cast<std::uint16_t>(h));
+    const float g = got[static_cast<std::size_t>(h * 32)];
+    const bool same = std::isnan(want)
+                          ? std::isnan(g)
+                          : std::bit_cast<std::uint32_t>(g) == std::bit_cast<std::uint32_t>(want);
+    if (!same && bad++ < 5)
+      ADD_FAILURE() << "f16 0x" << std::hex << h << ": " << g << " vs " << want;
   }
 }
 
