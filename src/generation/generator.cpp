@@ -54,6 +54,13 @@ Generator::State::State(models::LlamaModel m, GeneratorConfig c)
   // frozen; max-autotune's projection merge needs it (Note [Merged weights
   // are copies] in src/passes/pattern_fusion.cpp).
   if (config.mode == Mode::max_autotune) compiler.frozen_parameter = true;
+  // Every capture here is the generator's own step function, no user code,
+  // so "global" would guard nothing, and it made a generator capturing on
+  // one thread fail another generator's step on another thread (its
+  // non-finite check allocates outside that capture): thread_local, as the
+  // Python front end (Note [Captures from Python threads] in
+  // python/sinkgraph/config.py).
+  compiler.capture_error_mode = CaptureErrorMode::thread_local_;
   compiler.capture_limit =
       std::max<std::int64_t>(compiler.capture_limit, static_cast<std::int64_t>(sizes.size()));
   compiler.capture_sizes = sizes;

@@ -3,6 +3,7 @@
 // errors mid-call, several host threads, and the shipped model's reference.
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -217,6 +218,52 @@ TEST(generation_generator, several_threads_share_one_generator_and_each_gets_its
     }
     for (auto& th : threads) th.join();
     EXPECT_EQ(wrong.load(), 0) << sg::mode_name(mode);
+  }
+}
+
+// A quantized model (Note [Quantized weights]), Q8_0 and Q4_0: four host
+// threads, each with its own generator over the same blocks and then all on
+// one, in both graph modes (max-autotune generates the quantized products),
+// give the ids eager gives on the same blocks; the model object itself may
+// be gone by then (the generators hold its tensors).
+TEST(generation_generator, a_quantized_model_from_several_threads_gives_eagers_ids) {
+  for (const auto format : {sg::ops::QuantFormat::q8_0, sg::ops::QuantFormat::q4_0}) {
+    SCOPED_TRACE(sg::ops::quant_format_name(format));
+    auto q = std::make_unique<sg::models::LlamaModel>(sg::models::quantize_model(
+        sg::models::random_model(sg::models::LlamaConfig{64, 128, 2, 4, 2, 97, 64, 1e-5, 500.0,
+                                                         sg::ops::RopeStyle::interleaved, false},
+                                 11),
+        format));
+    ASSERT_TRUE(sg::models::is_quantized(*q));
+    std::vector<std::vector<std::int64_t>> want(4);
+    for (std::size_t t = 0; t < 4; ++t) {
+      want[t] =
+          sg::generate(*q, request({static_cast<std::int64_t>(t + 1), 2}, 24), {sg::Mode::eager})
+              .ids;
+    }
+    for (const sg::Mode mode : {sg::Mode::reduce_overhead, sg::Mode::max_autotune}) {
+      SCOPED_TRACE(sg::mode_name(mode));
+      std::vector<std::unique_ptr<sg::Generator>> own;
+      for (int t = 0; t < 4; ++t)
+        own.push_back(std::make_unique<sg::Generator>(*q, sg::GeneratorConfig{mode}));
+      sg::Generator shared(*q, {mode});
+      std::atomic<int> wrong{0};
+      std::vector<std::thread> threads;
+      for (std::size_t t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+          const auto o = request({static_cast<std::int64_t>(t + 1), 2}, 24);
+          for (int i = 0; i < 4; ++i) {
+            if (own[t]->generate(o).ids != want[t]) ++wrong;
+            if (shared.generate(o).ids != want[t]) ++wrong;
+          }
+        });
+      }
+      for (auto& th : threads) th.join();
+      EXPECT_EQ(wrong.load(), 0);
+    }
+    sg::Generator last(*q, {sg::Mode::max_autotune});
+    q.reset();
+    EXPECT_EQ(last.generate(request({3, 2}, 24)).ids, want[2]);
   }
 }
 
