@@ -3,6 +3,7 @@
 // through f32), dtype dispatch, strided iteration and intra-op parallelism.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -222,6 +223,38 @@ void parallel_last_dim_rows(KernelContext& ctx, const TensorArg& in, const Tenso
       fn(in_offset, out_offset);
     }
   });
+}
+
+// An embedding's rows (embedding, embedding_q): fn(id, offset of its row in
+// `out`) for each id of `ids` (i32 or i64, any strides) in order. An id
+// outside [0, vocab) fails the kernel, naming it, its index and the table's
+// size, and ends the walk.
+template <typename Fn>
+void for_each_embedding_row(KernelContext& ctx, const TensorArg& ids, const TensorArg& out,
+                            std::int64_t vocab, Fn&& fn) {
+  const std::int64_t n = ids.numel();
+  for (std::int64_t k = 0; k < n; ++k) {
+    // The flat index k over ids' shape: ids and output rows may be strided.
+    std::int64_t id_off = ids.offset;
+    std::int64_t out_off = out.offset;
+    std::int64_t rem = k;
+    for (int d = ids.ndim - 1; d >= 0; --d) {
+      const std::int64_t idx = rem % ids.sizes[d];
+      rem /= ids.sizes[d];
+      id_off += idx * ids.strides[d];
+      out_off += idx * out.strides[d];
+    }
+    const std::int64_t id = ids.dtype == DType::i32
+                                ? static_cast<const std::int32_t*>(ids.data)[id_off]
+                                : static_cast<const std::int64_t*>(ids.data)[id_off];
+    if (id < 0 || id >= vocab) {
+      ctx.fail("token id " + std::to_string(id) + " at index " + std::to_string(k) +
+               " is out of range for an embedding table of " + std::to_string(vocab) +
+               " rows (expected 0 <= id < " + std::to_string(vocab) + ")");
+      return;
+    }
+    fn(id, out_off);
+  }
 }
 
 }  // namespace sinkgraph::kernels

@@ -15,8 +15,6 @@ quant::Format format_of(const ArgBlock& args) {
   return static_cast<quant::Format>(args.scalars[0].i);
 }
 
-}  // namespace
-
 // The offset of row i of `t` over its last dimension (its leading
 // dimensions decomposed).
 std::int64_t row_offset(const TensorArg& t, std::int64_t i) {
@@ -27,6 +25,8 @@ std::int64_t row_offset(const TensorArg& t, std::int64_t i) {
   }
   return off;
 }
+
+}  // namespace
 
 // Every row of x against every row of w; the rows of w are split across the
 // compute threads, each read once for up to four rows of x at a time. Rows
@@ -100,38 +100,18 @@ void embedding_q(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& o = args.tensors[2];
   const quant::Format format = format_of(args);
   const std::int64_t bb = quant::block_bytes(format);
-  const std::int64_t vocab = w.sizes[0];
   const std::int64_t blocks = w.sizes[1] / bb;
-  const std::int64_t n = ids.numel();
-  const int od = o.ndim;
+  const std::int64_t oc = o.strides[o.ndim - 1];
   const auto* pw = static_cast<const std::uint8_t*>(w.data) + w.offset;
-  float* po = static_cast<float*>(o.data) + o.offset;
+  auto* po = static_cast<float*>(o.data);
   float values[quant::kBlock];
-  for (std::int64_t k = 0; k < n; ++k) {
-    std::int64_t id_off = ids.offset;
-    std::int64_t out_off = 0;
-    std::int64_t rem = k;
-    for (int dd = ids.ndim - 1; dd >= 0; --dd) {
-      const std::int64_t idx = rem % ids.sizes[dd];
-      rem /= ids.sizes[dd];
-      id_off += idx * ids.strides[dd];
-      out_off += idx * o.strides[dd];
-    }
-    const std::int64_t id = ids.dtype == DType::i32
-                                ? static_cast<const std::int32_t*>(ids.data)[id_off]
-                                : static_cast<const std::int64_t*>(ids.data)[id_off];
-    if (id < 0 || id >= vocab) {
-      ctx.fail("token id " + std::to_string(id) + " at index " + std::to_string(k) +
-               " is out of range for an embedding table of " + std::to_string(vocab) +
-               " rows (expected 0 <= id < " + std::to_string(vocab) + ")");
-      return;
-    }
+  for_each_embedding_row(ctx, ids, o, w.sizes[0], [&](std::int64_t id, std::int64_t row) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       quant::dequantize_block(format, pw + id * w.strides[0] + b * bb, values);
       for (std::int64_t j = 0; j < quant::kBlock; ++j)
-        po[out_off + (b * quant::kBlock + j) * o.strides[od - 1]] = values[j];
+        po[row + (b * quant::kBlock + j) * oc] = values[j];
     }
-  }
+  });
 }
 
 }  // namespace sinkgraph::kernels::cpu

@@ -65,37 +65,16 @@ void embedding(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& w = args.tensors[0];
   const TensorArg& ids = args.tensors[1];
   const TensorArg& o = args.tensors[2];
-  const std::int64_t vocab = w.sizes[0];
   const std::int64_t dim = w.sizes[1];
-  const std::int64_t n = ids.numel();
-  const int od = o.ndim;  // = ids.ndim + 1
+  const std::int64_t oc = o.strides[o.ndim - 1];
   dispatch_float(w.dtype, [&]<typename T>() {
     const T* pw = static_cast<const T*>(w.data) + w.offset;
-    T* po = static_cast<T*>(o.data) + o.offset;
-    for (std::int64_t k = 0; k < n; ++k) {
-      // Decompose the flat index k over ids' shape: ids and output rows may be strided.
-      std::int64_t id_off = ids.offset;
-      std::int64_t out_off = 0;
-      std::int64_t rem = k;
-      for (int dd = ids.ndim - 1; dd >= 0; --dd) {
-        const std::int64_t idx = rem % ids.sizes[dd];
-        rem /= ids.sizes[dd];
-        id_off += idx * ids.strides[dd];
-        out_off += idx * o.strides[dd];
-      }
-      const std::int64_t id = ids.dtype == DType::i32
-                                  ? static_cast<const std::int32_t*>(ids.data)[id_off]
-                                  : static_cast<const std::int64_t*>(ids.data)[id_off];
-      if (id < 0 || id >= vocab) {
-        ctx.fail("token id " + std::to_string(id) + " at index " + std::to_string(k) +
-                 " is out of range for an embedding table of " + std::to_string(vocab) +
-                 " rows (expected 0 <= id < " + std::to_string(vocab) + ")");
-        return;
-      }
+    T* po = static_cast<T*>(o.data);
+    for_each_embedding_row(ctx, ids, o, w.sizes[0], [&](std::int64_t id, std::int64_t row) {
       for (std::int64_t c = 0; c < dim; ++c) {
-        po[out_off + c * o.strides[od - 1]] = pw[id * w.strides[0] + c * w.strides[1]];
+        po[row + c * oc] = pw[id * w.strides[0] + c * w.strides[1]];
       }
-    }
+    });
   });
 }
 
