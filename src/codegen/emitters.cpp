@@ -413,8 +413,8 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
 
 // linear_q(x[..., K], w[N, K/32 blocks], format) (Note [Quantized weights]
 // in ops.h): per row of x, N dot products over the row of w's blocks, each
-// block's scale multiplied into its 32 widened values (sg_i8, or sg_lo4 and
-// sg_hi4 for Q4_0's nibbles) and into four 8-lane sums; the sums combine as
+// block's scale multiplied into its 32 widened values (the prelude's
+// sg_q8_0 or sg_q4_0) and into four 8-lane sums; the sums combine as
 // the kernel's halves do (quant::dot_rows). The same bounds as an f32
 // linear: a few rows of x, and a weight that does not stream (past
 // kStreamedWeightBytes the kernel, which prefetches a row of blocks ahead,
@@ -453,14 +453,11 @@ bool emit_linear_q(const EmitArgs& a, std::string& out) {
       "const unsigned char* blk = wr + b * {};\nconst float d = sg_f16(blk);\n"
       "const float* xb = xr + b * 32;\n",
       i64(bb));
-  out += format == quant::Format::q8_0 ? "a0 += sg_load8(xb) * (d * sg_i8(blk + 2));\n"
-                                         "a1 += sg_load8(xb + 8) * (d * sg_i8(blk + 10));\n"
-                                         "a2 += sg_load8(xb + 16) * (d * sg_i8(blk + 18));\n"
-                                         "a3 += sg_load8(xb + 24) * (d * sg_i8(blk + 26));\n"
-                                       : "a0 += sg_load8(xb) * (d * sg_lo4(blk + 2));\n"
-                                         "a1 += sg_load8(xb + 8) * (d * sg_lo4(blk + 10));\n"
-                                         "a2 += sg_load8(xb + 16) * (d * sg_hi4(blk + 2));\n"
-                                         "a3 += sg_load8(xb + 24) * (d * sg_hi4(blk + 10));\n";
+  out += fmt::format("const sg_q32 q = {}(blk + 2);\n",
+                     format == quant::Format::q8_0 ? "sg_q8_0" : "sg_q4_0");
+  out +=
+      "a0 += sg_load8(xb) * (d * q.v[0]);\na1 += sg_load8(xb + 8) * (d * q.v[1]);\n"
+      "a2 += sg_load8(xb + 16) * (d * q.v[2]);\na3 += sg_load8(xb + 24) * (d * q.v[3]);\n";
   out += "}\n";
   out +=
       fmt::format("orow[n * {}] = sg_hsum8((a0 + a2) + (a1 + a3));\n}}\n", i64(o.strides[nd - 1]));
