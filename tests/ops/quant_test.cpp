@@ -148,6 +148,36 @@ TEST_P(QuantLinear, vector_and_portable_paths_agree_and_rows_do_not_depend_on_th
   EXPECT_EQ(other, all);
 }
 
+#if defined(__AVX512F__)
+// The vector path's widened blocks (Q4_0 through its table, Note [Q4_0
+// through a table]) are bitwise the dequantizer's d * q, for every byte
+// value and many scales, subnormal ones included.
+TEST_P(QuantLinear, widened_blocks_are_the_dequantizers_values_bitwise) {
+  const auto kf = static_cast<quant::Format>(GetParam());
+  const std::int64_t bb = quant::block_bytes(kf);
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4096; ++trial) {
+    std::vector<std::uint8_t> block(static_cast<std::size_t>(bb));
+    const auto d =
+        static_cast<std::uint16_t>(trial < 1024 ? trial : (rng() & 0x7BFF) | (rng() & 0x8000));
+    block[0] = d & 0xFF;
+    block[1] = d >> 8;
+    for (std::int64_t j = 2; j < bb; ++j)
+      block[static_cast<std::size_t>(j)] = static_cast<std::uint8_t>((trial + j * 37) ^ rng());
+    float want[32];
+    quant::dequantize_block(kf, block.data(), want);
+    __m512 lo;
+    __m512 hi;
+    quant::widen_block(kf, block.data(), lo, hi);
+    float got[32];
+    _mm512_storeu_ps(got, lo);
+    _mm512_storeu_ps(got + 16, hi);
+    ASSERT_EQ(std::memcmp(got, want, sizeof got), 0)
+        << "trial " << trial << ", scale 0x" << std::hex << d;
+  }
+}
+#endif
+
 TEST_P(QuantLinear, strided_and_batched_inputs_give_the_same_values) {
   const ops::QuantFormat f = GetParam();
   const std::int64_t n = 24;
