@@ -285,7 +285,7 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
       }
       for (; r < end; ++r) {
         by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
-          vec::dot_rows<R>(w + r * ldw, xs, k, os);
+          vec::dot_rows<R, true>(w + r * ldw, xs, k, os);
         });
       }
     });
