@@ -155,6 +155,13 @@ TEST(ops_vec, dot_kernels_sum_in_the_documented_order_bitwise) {
         EXPECT_EQ(block[j][r], documented_dot(w.data() + r * n, xs[j], n)) << j << ", " << r;
       }
     }
+    if (n % 16 == 0) {  // the streamed path's precondition
+      float streamed[2];
+      vec::dot_rows_streamed<2>(w.data(), n, x.data(), n, streamed);
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(streamed[r], documented_dot(w.data() + r * n, x.data(), n)) << "streamed " << r;
+      }
+    }
     float grid[3][4];
     float* gouts[3] = {grid[0], grid[1], grid[2]};
     vec::dot4_rows<3>(w.data(), n, xs, n, gouts);
