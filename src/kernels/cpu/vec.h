@@ -146,12 +146,15 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 // the quantized kernels' Note [Prefetching a row of blocks] is the same
 // idea), and a single row of x walks two weight rows at once
 // (dot_rows_streamed<2>): two streams, each prefetched. On the 1.1B shape
-// (24 steps, runs interleaved): one row, no prefetch, 3.0-3.2 tokens/s on 1
-// thread; one row prefetched 4 KiB ahead 3.55-3.65 (512 bytes 3.1-3.35, 2
-// KiB 3.3-3.45, 8 KiB 3.5-3.6; the T1, T2 hints the same, NTA 2.3-2.5);
-// two rows, each prefetched, 3.65-3.7 on 1 thread and 6.7-7.05 on 2, where
-// one row gave 4.9-6.1 (two rows with only the first prefetched: 3.1-3.4;
-// four rows 3.7 and 6.5-7.0, eight 3.3-3.5).
+// (24 steps; this VM's speed drifts by about 10% over minutes, so only
+// runs interleaved with each other compare): one row without a prefetch,
+// 3.0-3.2 tokens/s on 1 thread and 4.8-5.8 on 2; one row prefetched 4 KiB
+// ahead, 3.55-3.65 and 5.5-6.5 (512 bytes ahead 3.1-3.35, 2 KiB 3.3-3.45,
+// 8 KiB 3.5-3.6 on 1 thread; the T1 and T2 hints the same, NTA 2.3-2.5).
+// Then, in three interleaved rounds, one row prefetched against two rows:
+// 3.34-3.59 against 3.24-3.68 on 1 thread (the same), 6.33-6.67 against
+// 6.63-7.05 on 2. Two rows with only the first prefetched gave 3.1-3.4;
+// four rows 3.7 and 6.5-7.0, eight 3.3-3.5 and 6.4-6.6.
 inline constexpr std::int64_t kStreamPrefetchBytes = 4096;
 #endif
 template <int R, bool kPrefetch = false>
