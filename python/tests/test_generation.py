@@ -190,6 +190,34 @@ def test_threads_share_one_generator_and_each_gets_its_own_ids():
     assert not errors and not wrong
 
 
+@pytest.mark.parametrize("quantize", [None, "q4_0"])
+def test_each_thread_its_own_generator_runs_at_once(quantize):
+    # What docs/python.md advises for parallel calls: the generators capture
+    # while the others replay (a generator captured with capture_error_mode
+    # "global" once failed the others' steps).
+    prompts = [[1, t] for t in range(2, 6)]
+    want = [sinkgraph.Generator("builtin", mode="eager", quantize=quantize)
+            .generate(p, max_new_tokens=12).ids for p in prompts]
+    for mode in ("reduce-overhead", "max-autotune"):
+        wrong, errors = [], []
+
+        def work(i):
+            try:
+                gen = sinkgraph.Generator("builtin", mode=mode, quantize=quantize)
+                for k in range(3):
+                    if gen.generate(prompts[i], max_new_tokens=12).ids != want[i]:
+                        wrong.append((i, k))
+            except Exception as e:   # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and not wrong, (mode, errors, wrong)
+
+
 def test_the_thread_count_changes_no_id_and_bad_counts_are_refused():
     before = sinkgraph.num_threads()
     gen = sinkgraph.Generator("builtin", mode="max-autotune")
