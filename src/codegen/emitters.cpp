@@ -500,6 +500,16 @@ bool emit_rope(const EmitArgs& a, std::string& out) {
   return true;
 }
 
+// The offset of output row i0.. of an embedding ("i0 * s0 + ... + ").
+std::string embedding_row_base(const EmitTensor& o, int id_dims) {
+  std::string base;
+  for (int d = 0; d < id_dims; ++d) {
+    if (o.shape[d] == 1 || o.strides[d] == 0) continue;
+    base += "i" + std::to_string(d) + " * " + i64(o.strides[d]) + " + ";
+  }
+  return base;
+}
+
 // `id`, read from ids at the loop variables i0.., and checked: an id out of
 // range fails the region with the kernels' message.
 std::string embedding_id_check(const EmitTensor& ids, std::int64_t vocab) {
@@ -523,11 +533,7 @@ bool emit_embedding(const EmitArgs& a, std::string& out) {
   const std::int64_t vocab = w.shape[0], dim = w.shape[1];
   out += "{\n" + open_loops(ids.shape, "i", 0, nd);
   out += embedding_id_check(ids, vocab);
-  std::string base;  // o[i..., c]
-  for (int d = 0; d < nd; ++d) {
-    if (o.shape[d] == 1 || o.strides[d] == 0) continue;
-    base += "i" + std::to_string(d) + " * " + i64(o.strides[d]) + " + ";
-  }
+  const std::string base = embedding_row_base(o, nd);  // o[i..., c]
   out += fmt::format("for (long long c = 0; c < {}; ++c) {}[{}c * {}] = {}[id * {} + c * {}];\n",
                      i64(dim), o.ptr, base, i64(o.strides[nd]), w.ptr, i64(w.strides[0]),
                      i64(w.strides[1]));
@@ -552,11 +558,7 @@ bool emit_embedding_q(const EmitArgs& a, std::string& out) {
   const std::int64_t vocab = w.shape[0], blocks = w.shape[1] / bb;
   out += "{\n" + open_loops(ids.shape, "i", 0, nd);
   out += embedding_id_check(ids, vocab);
-  std::string base;  // o[i..., c]
-  for (int d = 0; d < nd; ++d) {
-    if (o.shape[d] == 1 || o.strides[d] == 0) continue;
-    base += "i" + std::to_string(d) + " * " + i64(o.strides[d]) + " + ";
-  }
+  const std::string base = embedding_row_base(o, nd);  // o[i..., c]
   const std::string col =
       fmt::format("{}[{}(b * 32 + {{}}) * {}]", o.ptr, base, i64(o.strides[nd]));
   out += fmt::format("for (long long b = 0; b < {}; ++b) {{\n", i64(blocks));
