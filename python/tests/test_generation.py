@@ -166,27 +166,38 @@ def test_bad_requests_are_one_clear_error_and_change_nothing():
     assert gen.generate([1], max_new_tokens=8).ids == want
 
 
-def test_threads_share_one_generator_and_each_gets_its_own_ids():
-    gen = sinkgraph.Generator("builtin", mode="reduce-overhead")
-    prompts = [[1, t] for t in range(2, 6)]
-    want = [gen.generate(p, max_new_tokens=16).ids for p in prompts]
-    wrong, errors = [], []
+def _in_threads(work, n):
+    """Runs work(0) .. work(n - 1) on n threads at once; the exceptions they raised."""
+    errors = []
 
-    def work(i):
+    def guarded(i):
         try:
-            for k in range(8):
-                got = (gen.generate([prompts[i]], max_new_tokens=16).ids[0] if k % 3 == 2
-                       else gen.generate(prompts[i], max_new_tokens=16).ids)
-                if got != want[i]:
-                    wrong.append((i, k))
-        except Exception as e:   # noqa: BLE001 - reported below
+            work(i)
+        except Exception as e:   # noqa: BLE001 - returned to the test
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return errors
+
+
+def test_threads_share_one_generator_and_each_gets_its_own_ids():
+    gen = sinkgraph.Generator("builtin", mode="reduce-overhead")
+    prompts = [[1, t] for t in range(2, 6)]
+    want = [gen.generate(p, max_new_tokens=16).ids for p in prompts]
+    wrong = []
+
+    def work(i):
+        for k in range(8):
+            got = (gen.generate([prompts[i]], max_new_tokens=16).ids[0] if k % 3 == 2
+                   else gen.generate(prompts[i], max_new_tokens=16).ids)
+            if got != want[i]:
+                wrong.append((i, k))
+
+    errors = _in_threads(work, 4)
     assert not errors and not wrong
 
 
@@ -199,22 +210,15 @@ def test_each_thread_its_own_generator_runs_at_once(quantize):
     want = [sinkgraph.Generator("builtin", mode="eager", quantize=quantize)
             .generate(p, max_new_tokens=12).ids for p in prompts]
     for mode in ("reduce-overhead", "max-autotune"):
-        wrong, errors = [], []
+        wrong = []
 
         def work(i):
-            try:
-                gen = sinkgraph.Generator("builtin", mode=mode, quantize=quantize)
-                for k in range(3):
-                    if gen.generate(prompts[i], max_new_tokens=12).ids != want[i]:
-                        wrong.append((i, k))
-            except Exception as e:   # noqa: BLE001 - reported below
-                errors.append(e)
+            gen = sinkgraph.Generator("builtin", mode=mode, quantize=quantize)
+            for k in range(3):
+                if gen.generate(prompts[i], max_new_tokens=12).ids != want[i]:
+                    wrong.append((i, k))
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = _in_threads(work, 4)
         assert not errors and not wrong, (mode, errors, wrong)
 
 

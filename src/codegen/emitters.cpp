@@ -368,13 +368,8 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
   if (blocked && n >= 4) {
     done = n - n % 4;
     // Blocks of four output rows split across the compute threads.
-    const std::int64_t blocks = done / 4, grain = kernels::grain_for(4 * k);
-    const bool split = blocks / grain >= 2;
-    out += split ? fmt::format(
-                       "sg_parallel_for(pool, {}, {}, [&](long long b_lo, long long b_hi) {{\n"
-                       "for (long long n = b_lo * 4; n < b_hi * 4; n += 4) {{\n",
-                       i64(blocks), i64(grain))
-                 : fmt::format("for (long long n = 0; n < {}; n += 4) {{\n", i64(done));
+    const LoopNest loop = parallel_loops(Shape{done / 4}, "b", 0, 1, 4 * k);
+    out += loop.open + "const long long n = b0 * 4;\n";
     out += fmt::format("const float* w0 = {} + n * {};\n", w.ptr, i64(w.strides[0]));
     out += fmt::format(
         "const float* w1 = w0 + {0};\nconst float* w2 = w1 + {0};\n"
@@ -395,9 +390,9 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
     }
     out += fmt::format(
         "orow[n * {0}] = s0;\norow[(n + 1) * {0}] = s1;\n"
-        "orow[(n + 2) * {0}] = s2;\norow[(n + 3) * {0}] = s3;\n}}\n",
+        "orow[(n + 2) * {0}] = s2;\norow[(n + 3) * {0}] = s3;\n",
         i64(o.strides[nd - 1]));
-    if (split) out += "});\n";
+    out += loop.close;
   }
   if (done < n) {
     out += fmt::format("for (long long n = {}; n < {}; ++n) {{\n", i64(done), i64(n));
@@ -439,13 +434,8 @@ bool emit_linear_q(const EmitArgs& a, std::string& out) {
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
                      o.ptr, lead(o));
-  const std::int64_t grain = kernels::grain_for(k);
-  const bool split = n / grain >= 2;
-  out += split ? fmt::format(
-                     "sg_parallel_for(pool, {}, {}, [&](long long n_lo, long long n_hi) {{\n"
-                     "for (long long n = n_lo; n < n_hi; ++n) {{\n",
-                     i64(n), i64(grain))
-               : fmt::format("for (long long n = 0; n < {}; ++n) {{\n", i64(n));
+  const LoopNest loop = parallel_loops(Shape{n}, "n", 0, 1, k);  // output rows, split
+  out += loop.open + "const long long n = n0;\n";
   out += fmt::format("const unsigned char* wr = {} + n * {};\n", w.ptr, i64(w.strides[0]));
   out += "sg_v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};\n";
   out += fmt::format("for (long long b = 0; b < {}; ++b) {{\n", i64(blocks));
@@ -459,9 +449,8 @@ bool emit_linear_q(const EmitArgs& a, std::string& out) {
       "a0 += sg_load8(xb) * (d * q.v[0]);\na1 += sg_load8(xb + 8) * (d * q.v[1]);\n"
       "a2 += sg_load8(xb + 16) * (d * q.v[2]);\na3 += sg_load8(xb + 24) * (d * q.v[3]);\n";
   out += "}\n";
-  out +=
-      fmt::format("orow[n * {}] = sg_hsum8((a0 + a2) + (a1 + a3));\n}}\n", i64(o.strides[nd - 1]));
-  if (split) out += "});\n";
+  out += fmt::format("orow[n * {}] = sg_hsum8((a0 + a2) + (a1 + a3));\n", i64(o.strides[nd - 1]));
+  out += loop.close;
   out += close_loops(nd - 1) + "}\n";
   return true;
 }

@@ -211,19 +211,20 @@ sg::Tensor quantized(sg::ops::QuantFormat f, std::int64_t rows, std::int64_t k,
 
 // linear_q and embedding_q generated in one region with their neighbours,
 // for 1 to 4 rows of x, an output count that is not a multiple of anything,
-// and both formats; a quantized weight too large for the caches keeps its
-// kernel, as an f32 one does.
+// one large enough to split across the compute threads, and both formats; a quantized weight too
+// large for the caches keeps its kernel, as an f32 one does.
 TEST_F(CodegenTest, quantized_linear_and_embedding_in_one_region) {
   for (const auto f : {sg::ops::QuantFormat::q8_0, sg::ops::QuantFormat::q4_0}) {
     SCOPED_TRACE(sg::ops::quant_format_name(f));
     const sg::Tensor table = quantized(f, 11, 64, 1), w1 = quantized(f, 37, 64, 2);
     const sg::Tensor w2 = quantized(f, 64, 96, 3), norm = rnd({64}, 4);
+    const sg::Tensor wide = quantized(f, 2048, 64, 8);  // rows enough to split across threads
     const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
       namespace o = sg::ops;
       const sg::Tensor e = o::embedding_q(table, std::get<sg::Tensor>(a[0]), f);
       const sg::Tensor h = o::linear_q(o::rms_norm(e, norm, 1e-5), w1, f);  // [rows, 37]
       const sg::Tensor x = std::get<sg::Tensor>(a[1]);                      // [rows, 96]
-      return {o::silu(h), o::add(o::linear_q(x, w2, f), e)};
+      return {o::silu(h), o::add(o::linear_q(x, w2, f), e), o::linear_q(e, wide, f)};
     };
     for (const std::int64_t rows : {1, 2, 3, 4}) {
       SCOPED_TRACE(rows);
