@@ -16,7 +16,7 @@ namespace {
 // node on another stream, and a host thread waiting for a replay's output,
 // wait as a host thread in synchronize() does.
 void wait_for(const std::atomic<std::uint64_t>& value, std::uint64_t target) {
-  runtime::wait_at_least(value, target, runtime::waiter_spin_ns(runtime::kDefaultSpinNs));
+  runtime::wait_at_least(value, target, runtime::waiter_spin(runtime::kDefaultSpinNs));
 }
 
 }  // namespace

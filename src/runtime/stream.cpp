@@ -95,7 +95,7 @@ bool Event::query() const {
 void Event::synchronize() const {
   if (any_capture_active()) check_capture_safe("Event::synchronize");
   const std::uint64_t target = state_->recorded.load(std::memory_order_acquire);
-  runtime::wait_at_least(state_->completed, target, /*spin_ns=*/0);
+  runtime::wait_at_least(state_->completed, target, runtime::spin_for(0));
 }
 
 void complete_fence(EventState& state, std::uint64_t generation) {

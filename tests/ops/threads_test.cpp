@@ -19,6 +19,7 @@
 
 #include "kernels/counter_rng.h"  // internal: the tests build with src/ on the include path
 #include "reference.h"
+#include "runtime/spin.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
 #include "sinkgraph/ops.h"
@@ -373,6 +374,27 @@ TEST(ops_threads, a_stream_destroyed_with_parallel_kernels_queued_finishes_them)
   }  // destroyed here, with work queued
   for (const sg::Tensor& t : results)
     EXPECT_TRUE(sgtest::all_close(t.to_floats(), want, 1e-4, 1e-5));
+}
+
+// Note [Spin, yield, park]: a host waiter's spin is cut short only while a
+// compute helper is awake. The rule is the header's; the counter here is this
+// binary's own copy (the library keeps its counter hidden), set by hand as a
+// helper sets the library's.
+TEST(ops_threads, a_waiters_spin_is_cut_short_only_beside_awake_helpers) {
+  namespace rt = sg::runtime;
+  using clock = std::chrono::steady_clock;
+  const auto never = [] { return false; };
+  const rt::SpinLimit limit{/*ns=*/200'000'000, /*ns_beside_helpers=*/50'000};
+  ASSERT_EQ(rt::g_awake_helpers.load(), 0);
+  auto start = clock::now();
+  EXPECT_FALSE(rt::spin_until(limit, never));
+  EXPECT_GE(clock::now() - start, std::chrono::milliseconds(200));
+
+  rt::g_awake_helpers.fetch_add(1);  // as a helper spinning for its next part
+  start = clock::now();
+  EXPECT_FALSE(rt::spin_until(limit, never));
+  EXPECT_LT(clock::now() - start, std::chrono::milliseconds(200));
+  rt::g_awake_helpers.fetch_sub(1);
 }
 
 }  // namespace

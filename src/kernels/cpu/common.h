@@ -128,9 +128,13 @@ void for_each_row(int ndim, const std::int64_t* sizes, const std::int64_t (&stri
 // index (grain_for()) and a small one runs on the calling thread alone,
 // paying no handoff. Nothing here allocates.
 //
-// Elements a part must touch before handing it to another thread pays:
-// a handoff to a spinning helper costs about a microsecond, and a part of
-// this many floats streams in several (docs/performance.md, compute threads).
+// Elements a part must touch before handing it to another thread pays.
+// Measured with bench_split (docs/performance.md, "Steady numbers"): a split
+// across two threads adds about 1.9 us per kernel, and a part of this many
+// elements takes that long in the cheapest kernel per element, a
+// matrix-vector product from cache (which breaks even here, while an add
+// gains 1.35x); half this, the product would lose, twice this, the add would
+// forgo its gain.
 inline constexpr std::int64_t kMinParallelWork = std::int64_t{1} << 15;
 
 // Note [Streamed weights]

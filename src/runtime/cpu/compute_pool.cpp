@@ -46,19 +46,27 @@ void ComputePool::run_part(int part) noexcept {
 }
 
 void ComputePool::helper_loop(int index, std::uint64_t seen) {
+  // Awake until parked, for the host's spin (Note [Spin, yield, park]); a hint,
+  // so relaxed.
+  runtime::g_awake_helpers.fetch_add(1, std::memory_order_relaxed);
   for (;;) {
     std::uint64_t word = seen;
     const auto changed = [&] {
       word = word_.load(std::memory_order_acquire);
       return word != seen;
     };
-    if (!runtime::spin_until(spin_ns_, changed)) {
+    if (!runtime::spin_until(runtime::spin_for(spin_ns_), changed)) {
+      runtime::g_awake_helpers.fetch_sub(1, std::memory_order_relaxed);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
       while (!changed()) word_.wait(seen, std::memory_order_seq_cst);
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      runtime::g_awake_helpers.fetch_add(1, std::memory_order_relaxed);
     }
     seen = word;
-    if (stop_.load(std::memory_order_relaxed)) return;
+    if (stop_.load(std::memory_order_relaxed)) {
+      runtime::g_awake_helpers.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
     if (index >= static_cast<int>(word & kPartMask)) continue;  // not in this job
     run_part(index);
     if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
@@ -97,7 +105,7 @@ void ComputePool::run(int parts, PartFn fn, void* arg) {
   for (int p = shared; p < parts; ++p) run_part(p);  // more parts than threads
 
   const auto done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-  if (!runtime::spin_until(spin_ns_, done)) {
+  if (!runtime::spin_until(runtime::spin_for(spin_ns_), done)) {
     caller_parked_.store(true, std::memory_order_seq_cst);
     for (int left = pending_.load(std::memory_order_seq_cst); left != 0;
          left = pending_.load(std::memory_order_seq_cst)) {

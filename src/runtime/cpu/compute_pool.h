@@ -22,7 +22,9 @@ namespace sinkgraph::cpu_device {
 // Waiting never competes with the work: an idle helper spins for `spin_us`
 // (yielding every 64 spins, so an oversubscribed machine does not lose a time
 // slice to it) and then parks in a futex wait on `word_`; the caller waiting
-// for the last part does the same on `pending_`. Only one job runs at a time:
+// for the last part does the same on `pending_`. Helpers not parked are
+// counted in runtime::g_awake_helpers, which shortens the host's spin while
+// they may need its core (Note [Spin, yield, park]). Only one job runs at a time:
 // a kernel that finds the pool busy (another stream's kernel holds it, or a
 // kernel nested in a part) runs every part itself, in order, which gives the
 // same result because the parts do not depend on who runs them. Nothing on

@@ -226,7 +226,7 @@ void CpuStream::run(Entry& entry, Context& ctx) {
       break;
     }
     case Kind::wait: {
-      runtime::wait_at_least(entry.event->completed, entry.generation, spin_ns_);
+      runtime::wait_at_least(entry.event->completed, entry.generation, runtime::spin_for(spin_ns_));
       break;
     }
     case Kind::stop:
@@ -236,7 +236,7 @@ void CpuStream::run(Entry& entry, Context& ctx) {
 
 void CpuStream::wait_completed(std::uint64_t target) const {
   // Note [Spin, yield, park]; the worker notifies only a parked host thread.
-  runtime::wait_at_least(completed_, target, runtime::waiter_spin_ns(spin_ns_), host_waiting_);
+  runtime::wait_at_least(completed_, target, runtime::waiter_spin(spin_ns_), host_waiting_);
 }
 
 void CpuStream::synchronize() {
