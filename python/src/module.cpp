@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "dlpack.h"
+#include "sinkgraph/allocator.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
+#include "sinkgraph/event.h"
 #include "sinkgraph/generate.h"
 #include "sinkgraph/ir.h"
 #include "sinkgraph/llama.h"
@@ -469,7 +471,24 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("from_dlpack", &sinkgraph::python::from_dlpack,
         "A torch tensor's memory (a DLPack capsule), not copied");
-  m.def("to_dlpack", &sinkgraph::python::to_dlpack, "A DLPack capsule viewing the tensor's memory");
+  m.def(
+      "to_dlpack",
+      [](const sg::Tensor& t) {
+        // A host read (Tensor::to_floats): the replay that wrote t, then the
+        // current stream's queued kernels, finish before the view is handed
+        // out, so torch never reads a value still being written.
+        SG_CHECK(t.defined() && !t.is_traced(), "to_dlpack: a traced tensor has no values");
+        {
+          const py::gil_scoped_release release;
+          sg::ReplayFence writer;
+          sg::PoolUses use;
+          use.add(t.begin_output_use("to_dlpack", &writer));
+          writer.wait();
+          sg::current_stream(t.device()).synchronize();
+        }
+        return sinkgraph::python::to_dlpack(t);
+      },
+      "A DLPack capsule viewing the tensor's memory, once its writes are done");
   m.def("op", &run_named_op, py::arg("name"), py::arg("tensors"), py::arg("scalars"),
         "Runs (or, while tracing, records) a registered operator");
   m.def("op_names", [] { return sg::OpRegistry::instance().names(); });

@@ -52,3 +52,18 @@ def test_log_level_info_reports_compiles_and_captures(capfd):
 def test_bad_log_level_is_an_error():
     with pytest.raises(sinkgraph.Error, match="error, warn, info or debug"):
         sinkgraph.set_log_level("chatty")
+
+
+def test_a_dlpack_view_of_a_queued_result_waits_for_it():
+    # _C.op queues its kernel on the current stream; handing its output to
+    # torch must wait for it, as a host read does. A large product keeps the
+    # kernel running while the view is made (without the wait, torch read
+    # memory not yet written: garbage up to 1e19 in a script that did this).
+    from sinkgraph.graph import to_sg, to_torch
+    torch.manual_seed(0)
+    a, b = torch.randn(384, 384), torch.randn(384, 384)
+    want = a @ b
+    for _ in range(5):
+        out = sinkgraph._C.op("matmul", [to_sg(a), to_sg(b)], [])
+        got = to_torch(out)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
