@@ -111,6 +111,23 @@ TEST(ops_norm, layer_norm_random_shapes) {
   }
 }
 
+// The lane sums of a contiguous f32 row take the variance over x - mean (two
+// passes): rows far from zero, where a one-pass E[x^2] - E[x]^2 in f32 loses
+// every digit, keep it; widths on and off the lane count.
+TEST(ops_norm, layer_norm_rows_far_from_zero_keep_their_variance) {
+  std::mt19937 rng(46);
+  for (const std::int64_t n : {8, 64, 100, 256, 1000}) {
+    SCOPED_TRACE(n);
+    auto v = sgtest::random_floats(rng, 3 * n, -1.0F, 1.0F);
+    for (float& x : v) x += 1000.0F;
+    const auto w = sgtest::random_floats(rng, n, 0.5F, 1.5F);
+    const auto b = sgtest::random_floats(rng, n);
+    const Tensor out = ops::layer_norm(make(v, {3, n}), make(w, {n}), make(b, {n}), 1e-5);
+    // The inputs' own rounding at 1000 (2^-14) is 1e-4 of their spread.
+    EXPECT_TRUE(all_close(out.to_floats(), ref::layer_norm(v, w, b, 1e-5), 1e-3, 1e-3));
+  }
+}
+
 TEST(ops_norm, non_contiguous_inputs_and_weights) {
   std::mt19937 rng(45);
   const auto base = sgtest::random_floats(rng, 8 * 3, -2.0F, 2.0F);

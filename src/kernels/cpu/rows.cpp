@@ -101,6 +101,16 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx) {
   const std::int64_t ws = last_stride(w);
   const std::int64_t bs = last_stride(b);
   const std::int64_t os = last_stride(o);
+  if (unit_f32_rows(x) && unit_f32_rows(o) && unit_f32_rows(w) && unit_f32_rows(b)) {
+    const auto* px = static_cast<const float*>(x.data);
+    const float* pw = static_cast<const float*>(w.data) + w.offset;
+    const float* pb = static_cast<const float*>(b.data) + b.offset;
+    auto* po = static_cast<float*>(o.data);
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
+      layer_norm_row_f32(px + xo, pw, pb, po + oo, n, eps);
+    });
+    return;
+  }
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     const T* pw = static_cast<const T*>(w.data) + w.offset;

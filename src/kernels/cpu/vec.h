@@ -315,6 +315,22 @@ inline float sum(const float* x, std::int64_t n) {
   return s;
 }
 
+// sum_i (x[i] - mean)^2, in lanes (a row's variance times n).
+inline float sum_sq_dev(const float* x, std::int64_t n, float mean) {
+  const F8 m = splat(mean);
+  F8 acc = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    F8 v;
+    std::memcpy(&v, x + i, sizeof v);
+    const F8 d = v - m;
+    acc = fmadd(d, d, acc);
+  }
+  float s = SG_LANE_SUM(acc);
+  for (; i < n; ++i) s = std::fma(x[i] - mean, x[i] - mean, s);
+  return s;
+}
+
 // max_i x[i] (-inf for an empty row), in lanes. A NaN element is skipped, as
 // by std::max(acc, x) in sequence.
 inline float max(const float* x, std::int64_t n) {
