@@ -90,22 +90,18 @@ namespace {
 void attend_row_f32(const float* qrow, const float* kbase, std::int64_t kstride, const float* vbase,
                     std::int64_t vstride, std::int64_t visible, std::int64_t d, float scale,
                     float* scores, float* acc, float* orow) {
-  float mx = -std::numeric_limits<float>::infinity();
   std::int64_t done = 0;  // positions scored eight at a time
   if (d % vec::kLanes == 0) {
     for (; done + vec::kLanes <= visible; done += vec::kLanes) {
       vec::dot_8rows(qrow, kbase + done * kstride, kstride, d, scores + done);
     }
-    for (std::int64_t i = 0; i < done; ++i) {
-      scores[i] *= scale;
-      mx = std::max(mx, scores[i]);
-    }
+    for (std::int64_t i = 0; i < done; ++i) scores[i] *= scale;
   }
-  for (std::int64_t i = done; i < visible; ++i) {
-    const float s = vec::dot(qrow, kbase + i * kstride, d) * scale;
-    scores[i] = s;
-    mx = std::max(mx, s);
-  }
+  for (std::int64_t i = done; i < visible; ++i)
+    scores[i] = vec::dot(qrow, kbase + i * kstride, d) * scale;
+  // The maximum in lanes: the same value as a sequential max (it is exact,
+  // and vec::max skips NaN alike), without a chain of dependent compares.
+  const float mx = vec::max(scores, visible);
   for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
   const float sum = vec::sum(scores, visible);
   if (d % vec::kLanes == 0) {
