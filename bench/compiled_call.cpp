@@ -27,6 +27,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "noise.h"
 #include "sinkgraph/compiler.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/ops.h"
@@ -39,15 +40,7 @@ namespace {
 constexpr std::int64_t kDim = 256;
 constexpr std::int64_t kHidden = 1024;
 
-std::vector<float> noise(std::int64_t n, unsigned seed, float scale) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  unsigned s = seed;
-  for (float& x : v) {
-    s = s * 1664525U + 1013904223U;
-    x = (static_cast<float>(s >> 8) / static_cast<float>(1U << 24) - 0.5F) * scale;
-  }
-  return v;
-}
+using sgbench::noise;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

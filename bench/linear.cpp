@@ -15,6 +15,7 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include "noise.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
@@ -23,15 +24,7 @@ namespace sg = sinkgraph;
 
 namespace {
 
-std::vector<float> noise(std::int64_t n, unsigned seed) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  unsigned s = seed;
-  for (float& x : v) {
-    s = s * 1664525U + 1013904223U;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1U << 24) - 0.5F;
-  }
-  return v;
-}
+using sgbench::noise;
 
 void count_flops(benchmark::State& state) {
   const double flops = 2.0 * static_cast<double>(state.range(0) * state.range(1) * state.range(2));

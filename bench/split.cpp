@@ -14,6 +14,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "noise.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/ops.h"
 #include "sinkgraph/stream.h"
@@ -24,15 +25,7 @@ namespace {
 
 constexpr int kQueued = 16;
 
-std::vector<float> noise(std::int64_t n, unsigned seed) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  unsigned s = seed;
-  for (float& x : v) {
-    s = s * 1664525U + 1013904223U;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1U << 24) - 0.5F;
-  }
-  return v;
-}
+using sgbench::noise;
 
 template <typename Op>
 void time_queued(benchmark::State& state, const Op& op) {

@@ -54,12 +54,18 @@ inline void layer_norm_row_f32(const float* x, const float* w, const float* b, f
   for (std::int64_t i = 0; i < n; ++i) o[i] = std::fma((x[i] - mean) * inv, w[i], b[i]);
 }
 
-// o = softmax(x) over the row, max-subtracted. `o` may alias `x`.
-inline void softmax_row_f32(const float* x, float* o, std::int64_t n) {
-  const float mx = vec::max(x, n);
+// o = softmax(x) over the row, given the row's maximum `mx`. `o` may alias
+// `x`. (Long attention checks the maximum first: a row whose keys are all
+// masked gives zeros, not this.)
+inline void softmax_row_f32_from_max(const float* x, float* o, std::int64_t n, float mx) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = vec::exp(x[i] - mx);
   const float inv = 1.0F / vec::sum(o, n);
   for (std::int64_t i = 0; i < n; ++i) o[i] *= inv;
+}
+
+// o = softmax(x) over the row, max-subtracted. `o` may alias `x`.
+inline void softmax_row_f32(const float* x, float* o, std::int64_t n) {
+  softmax_row_f32_from_max(x, o, n, vec::max(x, n));
 }
 
 }  // namespace sinkgraph::kernels::cpu

@@ -10,6 +10,7 @@
 #include "common.h"
 #include "kernels.h"
 #include "onednn.h"
+#include "rows.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu {
@@ -460,9 +461,7 @@ bool sdpa_products(const SdpaProblem& p, KernelContext& ctx, bool causal) {
           std::fill(sr, sr + src, 0.0F);  // every key masked: zeros
           continue;
         }
-        for (std::int64_t j = 0; j < keys; ++j) sr[j] = vec::exp(sr[j] - mx);
-        const float inv = 1.0F / vec::sum(sr, keys);
-        for (std::int64_t j = 0; j < keys; ++j) sr[j] *= inv;
+        softmax_row_f32_from_max(sr, sr, keys, mx);
         std::fill(sr + keys, sr + src, 0.0F);
       }
     };
