@@ -135,6 +135,20 @@ BENCHMARK(BM_MatmulTransposedW)
     ->Apply(few_rows_args)
     ->ArgNames({"M", "N", "K", "T"})
     ->UseRealTime();
+// A vision transformer's tokens (197 at 224 x 224, patches of 16) and a
+// prefill's 64 to 512 against the same weights: the products that oneDNN
+// cuts into blocks (onednn_matmul.cpp).
+void many_rows_args(benchmark::internal::Benchmark* b) {
+  for (std::int64_t m : {64, 197, 256, 512}) {
+    for (const auto& nk : {std::vector<std::int64_t>{768, 256}, {1024, 256}, {256, 1024}}) {
+      for (std::int64_t t : {1, 2}) b->Args({m, nk[0], nk[1], t});
+    }
+  }
+}
+BENCHMARK(BM_MatmulTransposedW)
+    ->Apply(many_rows_args)
+    ->ArgNames({"M", "N", "K", "T"})
+    ->UseRealTime();
 BENCHMARK(BM_MatmulRowMajor)
     ->ArgsProduct({{8, 128}, {512}, {512}, {1, 2}})
     ->ArgNames({"M", "N", "K", "T"})

@@ -21,20 +21,28 @@ std::atomic<std::uint64_t> g_matmul_calls{0};
 // The product is cut into blocks as a function of the shape only (Note
 // [Matrix products through oneDNN]): rows into blocks of at least
 // kMatmulBlockRows, at most kMatmulMaxBlocks of them, as even as whole rows
-// allow. A product of fewer than two such blocks of rows (an encoder over a
-// few tokens through matmul(x, w^T), Note [A linear's rows and a matmul's]
-// in linalg.cpp) is cut into at most kMatmulMaxColBlocks blocks of columns
-// instead, each at least kMatmulBlockCols wide and kMatmulBlockWork
-// multiply-adds. Measured on the 2-core machine (bench_linear,
-// BM_MatmulTransposedW against BM_Linear at 16 and 32 rows, two threads):
-// one block ran 0.6x linear's row kernel split over both threads, two
-// halves 1.1-1.9x it, and four or eight smaller blocks no faster than two
-// (docs/performance.md, "A torch linear's rows"). oneDNN 2.6's brgemm
-// kernels refuse a strided output (its fallback, gemm:jit, measured at half
-// their rate), so a block of columns is computed into a dense buffer of the
-// thread's own and copied into place: under 64 x N floats, small next to
-// the product.
-constexpr std::int64_t kMatmulBlockRows = 32;
+// allow. A product of fewer than two such blocks of rows (a vision
+// transformer's 197 tokens, an encoder over a few tokens through matmul(x,
+// w^T), Note [A linear's rows and a matmul's] in linalg.cpp) is cut into at
+// most kMatmulMaxColBlocks blocks of columns instead, each at least
+// kMatmulBlockCols wide and kMatmulBlockWork multiply-adds, so that two
+// compute threads still share it.
+// Every block packs the part of the weight it reads (brgemm copies W into
+// its blocked layout on each execution), so a block of rows repacks all of
+// W: seven blocks of 28 rows ran a 197-row product at 0.72-0.81x one block
+// on one thread, two blocks of columns, which pack W once between them, at
+// 0.92-0.98x, and at two threads blocks of 128 rows or of columns ran
+// 1.5-1.9x blocks of 32 (docs/performance.md, "Blocks that repack the
+// weight").
+// Measured on the 2-core machine (bench_linear, BM_MatmulTransposedW
+// against BM_Linear at 16 and 32 rows, two threads): one block ran 0.6x
+// linear's row kernel split over both threads, two halves 1.1-1.9x it, and
+// four or eight smaller blocks no faster than two (docs/performance.md, "A
+// torch linear's rows"). oneDNN 2.6's brgemm kernels refuse a strided
+// output for some shapes (its fallback, gemm:jit, measured at half their
+// rate), so a block of columns is computed into a dense buffer of the
+// thread's own and copied into place: small next to the product.
+constexpr std::int64_t kMatmulBlockRows = 128;
 constexpr std::int64_t kMatmulBlockCols = 128;
 constexpr std::int64_t kMatmulBlockWork = std::int64_t{1} << 20;  // multiply-adds
 constexpr std::int64_t kMatmulMaxColBlocks = 2;
