@@ -12,8 +12,9 @@
 // - 1x1, stride 1, no padding: one GEMM per (image, group) straight over the
 //   input plane, [O/g, C/g] @ [C/g, H*W];
 // - otherwise im2col into a scratch matrix [C/g*KH*KW, Ho*Wo] and one GEMM
-//   per (image, group), holding the OpenBLAS lock (Note [OpenBLAS is not
-//   reentrant] in linalg.cpp).
+//   per (image, group).
+// Each GEMM is oneDNN's matmul where the build has it, else OpenBLAS holding
+// its lock (Note [OpenBLAS is not reentrant] in linalg.cpp).
 // Strided inputs are first copied into contiguous scratch. The output is
 // written in place when each output plane is one dense run (any channel and
 // batch strides); otherwise through a scratch plane. Scratch buffers are
@@ -172,9 +173,17 @@ void depthwise_plane(const float* x, const float* w, const Conv& p, float* y) {
   }
 }
 
-// y[M, N] (row stride ldy) = a[M, K] @ b[K, N], both dense row-major.
+// y[M, N] (row stride ldy) = a[M, K] @ b[K, N], both dense row-major:
+// oneDNN's matmul where the build has it (split across the compute threads,
+// Note [Matrix products through oneDNN]), else serial OpenBLAS. Measured on
+// resnet18's 3x3 layers at 4x4 outputs, which take this path (onednn_conv.cpp,
+// kMinPositions): OpenBLAS 0.3.21's sgemm ran at a fifth of oneDNN's rate on
+// a CPU it does not know and picks generic kernels for (docs/performance.md,
+// "Convolutions that are products").
 void sgemm(const float* a, const float* b, float* y, std::int64_t m, std::int64_t n, std::int64_t k,
-           std::int64_t ldb, std::int64_t ldy) {
+           std::int64_t ldb, std::int64_t ldy, KernelContext& ctx) {
+  // W(n, k) = b[k * ldb + n]: b read in place.
+  if (onednn::matmul(b, 1, ldb, a, k, y, ldy, m, n, k, ctx)) return;
   const std::lock_guard blas(blas_mutex());  // Note [OpenBLAS is not reentrant]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0F, a, static_cast<blasint>(k), b,
@@ -269,7 +278,7 @@ void conv2d(const ArgBlock& args, KernelContext& ctx) {
         b = col.data();
       }
       float* y = target(img, g * p.og);
-      sgemm(w + g * p.og * k, b, y, p.og, plane, k, plane, ldy);
+      sgemm(w + g * p.og * k, b, y, p.og, plane, k, plane, ldy, ctx);
       finish_group(y, img, g * p.og, p.og);
     }
   }
