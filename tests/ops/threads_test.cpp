@@ -180,6 +180,21 @@ std::vector<Case> cases() {
     out.push_back({"mean", [=] { return sg::ops::mean(tx, {1}).to_floats(); },
                    ref::mean(x, {rows, n}, {false, true}), 1e-5, 1e-6});
   }
+  // Attention weights averaged over their heads (nn.MultiheadAttention's
+  // need_weights): three kept dims, outputs in several parallel chunks, each
+  // starting its walk over the kept dims mid-way; contiguous and permuted.
+  {
+    const Dims shape = {2, 4, 48, 130};
+    const auto x = rnd(ref::numel(shape));
+    const sg::Tensor tx = make(x, shape);
+    const sg::Tensor tp =
+        make(ref::permute(x, shape, {0, 2, 3, 1}), {2, 48, 130, 4}).permute({0, 3, 1, 2});
+    const auto want = ref::mean(x, shape, {false, true, false, false});
+    out.push_back(
+        {"mean over heads", [=] { return sg::ops::mean(tx, {1}).to_floats(); }, want, 1e-5, 1e-6});
+    out.push_back({"mean over heads, permuted", [=] { return sg::ops::mean(tp, {1}).to_floats(); },
+                   want, 1e-5, 1e-6});
+  }
 
   // argmax of one long row (by blocks, then merged): the maximum planted
   // twice, so the first index must win across block boundaries; a NaN
