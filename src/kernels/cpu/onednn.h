@@ -6,7 +6,9 @@
 // docs/performance.md): oneDNN's direct AVX-512 kernels over a channels-last
 // activation and a blocked weight beat im2col + serial OpenBLAS 1.5-2x on one
 // thread and 2-4x on two, reorders included, for every dense (groups == 1)
-// convolution we measured; what is left to our kernels is what it does not
+// convolution we measured (im2col's product has since moved to oneDNN's
+// matmul, conv.cpp; forcing every layer of resnet18 onto that path measured
+// no faster); what is left to our kernels is what it does not
 // win or does not take: tiny products (below kMinMacs multiply-adds, where its
 // per-call reorders cost more than the arithmetic), zero-size tensors, and
 // anything that is not f32.
