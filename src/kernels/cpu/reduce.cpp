@@ -59,16 +59,6 @@ void mean(const ArgBlock& args, KernelContext& ctx) {
         oo += kept_index[i] * kept_out[i];
       }
       for (std::int64_t flat = begin; flat < end; ++flat) {
-        if (flat > begin) {
-          for (std::int64_t i = nkept - 1; i >= 0; --i) {
-            xo += kept_x[i];
-            oo += kept_out[i];
-            if (++kept_index[i] < kept_sizes[i]) break;
-            xo -= kept_x[i] * kept_sizes[i];
-            oo -= kept_out[i] * kept_sizes[i];
-            kept_index[i] = 0;
-          }
-        }
         double acc = 0.0;
         if (nred == 0) {
           acc = load(px + xo);
@@ -90,6 +80,14 @@ void mean(const ArgBlock& args, KernelContext& ctx) {
           }
         }
         store(po + oo, static_cast<float>(acc / static_cast<double>(count)));
+        for (std::int64_t i = nkept - 1; i >= 0; --i) {  // the next output
+          xo += kept_x[i];
+          oo += kept_out[i];
+          if (++kept_index[i] < kept_sizes[i]) break;
+          xo -= kept_x[i] * kept_sizes[i];
+          oo -= kept_out[i] * kept_sizes[i];
+          kept_index[i] = 0;
+        }
       }
     });
   });
