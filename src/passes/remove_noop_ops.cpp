@@ -10,6 +10,10 @@
 //   strided view.
 // Uses of the node move to its input, then the node is erased.
 //
+// One copy is not a no-op but one its reader makes itself: the head
+// broadcast of grouped-query attention, read only by a heads-first `sdpa`
+// (Note [Grouped heads read in place]).
+//
 // Only exact IEEE identities go, so every bit of every value is kept: x + -0.0
 // is x for every x, but x + +0.0 turns -0.0 into +0.0, which a later 1/x or
 // rsqrt turns into +inf instead of -inf (LLVM folds `fadd x, -0.0` and keeps
@@ -27,7 +31,11 @@
 //
 // Cost: one walk with lazy replacements (detail::Replacements): O(nodes +
 // operands), near-linear.
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "passes_internal.h"
@@ -133,6 +141,101 @@ ir::Value* noop_copy_input(const ir::Node& node, const Mutated& mutated) {
   return nullptr;
 }
 
+// Note [Grouped heads read in place]
+// Grouped-query attention written in torch (transformers' repeat_kv, most
+// hand-written GQA) copies each of the Hkv kv heads R times before
+// scaled_dot_product_attention:
+//   %u = unsqueeze(%x, dim=2)                       [B, Hkv, 1, S, D]
+//   %e = expand(%u, shape=[B, Hkv, R, S, D])
+//   %c = contiguous(%e)
+//   %k = view(%c, shape=[B, Hkv*R, S, D])           query head h reads kv head h / R
+// The heads-first sdpa operators take k and v with Hkv heads and give query
+// head h the kv head h / (H / Hkv), the same one, so k and v become %x
+// themselves: no copy of the whole KV cache per layer and step (a decode
+// step's largest kernel before this rule). Bitwise: the kernel reads the same
+// values in the same order, through strides. Only k and v together (the
+// operator wants them of one shape), and only when no node between the copy
+// and the sdpa writes %x's storage: the read moves from the copy to the sdpa,
+// and must not cross a write (docs/ir.md, "In-place operators"). The copy
+// nodes stay for their other readers, if any, and dce takes them otherwise.
+struct GroupedHeads {
+  ir::Value* source;     // %x, [B, Hkv, S, D]
+  const ir::Node* copy;  // the contiguous
+};
+
+const ir::Node* produced_by(const ir::Value* v, std::string_view op) {
+  return v->producer != nullptr && v->producer->op_name() == op ? v->producer : nullptr;
+}
+
+std::optional<GroupedHeads> grouped_heads_copy(const ir::Value* k) {
+  const ir::Node* view = produced_by(k, "view");
+  const ir::Node* copy =
+      view == nullptr ? nullptr : produced_by(view->operands.at(0), "contiguous");
+  const ir::Node* expand = copy == nullptr ? nullptr : produced_by(copy->operands.at(0), "expand");
+  const ir::Node* unsq =
+      expand == nullptr ? nullptr : produced_by(expand->operands.at(0), "unsqueeze");
+  if (unsq == nullptr) return std::nullopt;
+  ir::Value* x = unsq->operands.at(0);
+  const SymShape& xs = x->meta.shape;
+  const SymShape& es = expand->result()->meta.shape;
+  const SymShape& ks = k->meta.shape;
+  const SymInt* dim = sym_attr(*unsq, "dim");
+  if (xs.size() != 4 || es.size() != 5 || ks.size() != 4 || dim == nullptr || !dim->maybe_value() ||
+      wrap_dim(*dim->maybe_value(), 5, "unsqueeze") != 2 || x->meta.dtype != k->meta.dtype) {
+    return std::nullopt;
+  }
+  const auto hkv = xs[1].maybe_value();
+  const auto r = es[2].maybe_value();
+  const auto h = ks[1].maybe_value();
+  const bool same = es[0] == xs[0] && es[1] == xs[1] && es[3] == xs[2] && es[4] == xs[3] &&
+                    ks[0] == xs[0] && ks[2] == xs[2] && ks[3] == xs[3];
+  if (!same || !hkv || !r || !h || *h != *hkv * *r) return std::nullopt;
+  return GroupedHeads{x, copy};
+}
+
+// Writes in place, by position in the graph and the storage they write.
+class Writes {
+ public:
+  explicit Writes(const std::vector<ir::Node*>& nodes) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      position_[nodes[i]] = i;
+      for (const std::size_t o : detail::mutated_operands(*nodes[i])) {
+        writes_.emplace_back(i, roots_.find(nodes[i]->operands[o]));
+      }
+    }
+  }
+  // Whether a node strictly between `from` and `to` writes `value`'s storage.
+  bool between(const ir::Node* from, const ir::Node* to, const ir::Value* value) {
+    const std::size_t a = position_.at(from), b = position_.at(to);
+    const ir::Value* root = roots_.find(value);
+    return std::any_of(writes_.begin(), writes_.end(), [&](const auto& w) {
+      return w.first > a && w.first < b && w.second == root;
+    });
+  }
+
+ private:
+  detail::AliasRoots roots_;
+  std::unordered_map<const ir::Node*, std::size_t> position_;
+  std::vector<std::pair<std::size_t, const ir::Value*>> writes_;
+};
+
+// Points a heads-first sdpa's k and v at the kv heads their copies broadcast.
+void read_grouped_heads(ir::Node& node, Writes& writes) {
+  const std::string& op = node.op_name();
+  if ((op != "sdpa" && op != "sdpa_mask" && op != "sdpa_causal") || node.operands.size() < 3 ||
+      node.operands[0]->meta.shape.size() != 4) {
+    return;
+  }
+  const auto k = grouped_heads_copy(node.operands[1]);
+  const auto v = grouped_heads_copy(node.operands[2]);
+  if (!k || !v || !(k->source->meta.shape == v->source->meta.shape) ||
+      writes.between(k->copy, &node, k->source) || writes.between(v->copy, &node, v->source)) {
+    return;
+  }
+  node.operands[1] = k->source;
+  node.operands[2] = v->source;
+}
+
 }  // namespace
 
 void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
@@ -141,9 +244,11 @@ void remove_noop_ops(ir::Graph& graph, PassContext& /*ctx*/) {
   std::unordered_set<const ir::Value*> outputs(graph.outputs.begin(), graph.outputs.end());
   std::vector<ir::Node*> nodes;
   for (const auto& node : graph.nodes()) nodes.push_back(node.get());
+  Writes writes_at(nodes);
   detail::Replacements replaced;
   for (ir::Node* node : nodes) {
     replaced.resolve_operands(*node);
+    read_grouped_heads(*node, writes_at);
     if (node->results.size() != 1 || node->operands.empty()) continue;
     ir::Value* result = node->result();
     const bool is_output = outputs.contains(result);

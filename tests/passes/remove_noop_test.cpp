@@ -166,5 +166,88 @@ TEST(passes_remove_noop_ops, KeepsArithmeticWithWrittenConstants) {
   EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
 }
 
+// Note [Grouped heads read in place]: repeat_kv's copies of the kv heads, read
+// only by a heads-first sdpa, give way to the kv heads themselves.
+ir::Value* repeat_heads(ir::Graph& g, ir::Value* x, std::int64_t r) {
+  const SymShape& s = x->meta.shape;
+  const std::int64_t b = *s[0].maybe_value(), hkv = *s[1].maybe_value(), n = *s[2].maybe_value(),
+                     d = *s[3].maybe_value();
+  ir::Value* u = add(g, "unsqueeze", {x}, {{"dim", SymInt(2)}});
+  ir::Value* e = add(g, "expand", {u}, {{"shape", dims({b, hkv, r, n, d})}});
+  ir::Value* c = add(g, "contiguous", {e});
+  return add(g, "view", {c}, {{"shape", dims({b, hkv * r, n, d})}});
+}
+
+ir::Value* sdpa_mask(ir::Graph& g, ir::Value* q, ir::Value* k, ir::Value* v, ir::Value* mask) {
+  return add(g, "sdpa_mask", {q, k, v, mask}, {{"heads", std::int64_t{8}}, {"scale", 0.5}}, "y");
+}
+
+TEST(passes_remove_noop_ops, ReadsGroupedHeadsInPlace) {
+  ir::Graph g("g");
+  ir::Value* q = g.add_input("q", meta({2, 8, 3, 4}), InputKind::input);
+  ir::Value* kc = g.add_input("kc", meta({2, 2, 5, 4}), InputKind::input);
+  ir::Value* vc = g.add_input("vc", meta({2, 2, 5, 4}), InputKind::input);
+  ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
+  ir::Value* k = repeat_heads(g, kc, 4);
+  ir::Value* v = repeat_heads(g, vc, 4);
+  g.outputs = {sdpa_mask(g, q, k, v, mask)};
+  auto out = run_pass(g, "remove_noop_ops");
+  const ir::Node& attention = *out->nodes().back();
+  EXPECT_EQ(attention.operands.at(1)->name, "kc");
+  EXPECT_EQ(attention.operands.at(2)->name, "vc");
+  EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+  passes::PassContext ctx;
+  passes::find_pass("dce").run(*out, ctx);
+  EXPECT_EQ(count_op(*out, "contiguous"), 0U);
+}
+
+TEST(passes_remove_noop_ops, KeepsGroupedHeadCopiesItCannotDrop) {
+  // A write into the cache between the copy and the attention: the copy holds
+  // the values from before it.
+  {
+    ir::Graph g("g");
+    ir::Value* q = g.add_input("q", meta({1, 8, 3, 4}), InputKind::input);
+    ir::Value* kc = g.add_input("kc", meta({1, 2, 5, 4}), InputKind::mutated);
+    ir::Value* vc = g.add_input("vc", meta({1, 2, 5, 4}), InputKind::input);
+    ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
+    ir::Value* k = repeat_heads(g, kc, 4);
+    ir::Value* v = repeat_heads(g, vc, 4);
+    add(g, "fill_", {kc}, {{"value", 3.0}});
+    g.outputs = {sdpa_mask(g, q, k, v, mask)};
+    auto out = run_pass(g, "remove_noop_ops");
+    EXPECT_EQ(out->nodes().back()->operands.at(1)->name, k->name);
+    EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+  }
+  // Only k broadcast (v has all its heads): k and v must keep one shape.
+  {
+    ir::Graph g("g");
+    ir::Value* q = g.add_input("q", meta({1, 8, 3, 4}), InputKind::input);
+    ir::Value* kc = g.add_input("kc", meta({1, 2, 5, 4}), InputKind::input);
+    ir::Value* v = g.add_input("v", meta({1, 8, 5, 4}), InputKind::input);
+    ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
+    ir::Value* k = repeat_heads(g, kc, 4);
+    g.outputs = {sdpa_mask(g, q, k, v, mask)};
+    auto out = run_pass(g, "remove_noop_ops");
+    EXPECT_EQ(out->nodes().back()->operands.at(1)->name, k->name);
+  }
+  // The copy read elsewhere too: the attention reads the kv heads, the copy
+  // stays for its other reader.
+  {
+    ir::Graph g("g");
+    ir::Value* q = g.add_input("q", meta({1, 8, 3, 4}), InputKind::input);
+    ir::Value* kc = g.add_input("kc", meta({1, 2, 5, 4}), InputKind::input);
+    ir::Value* vc = g.add_input("vc", meta({1, 2, 5, 4}), InputKind::input);
+    ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
+    ir::Value* k = repeat_heads(g, kc, 4);
+    ir::Value* v = repeat_heads(g, vc, 4);
+    g.outputs = {sdpa_mask(g, q, k, v, mask), add(g, "exp", {k})};
+    auto out = run_pass(g, "remove_noop_ops");
+    passes::PassContext ctx;
+    passes::find_pass("dce").run(*out, ctx);
+    EXPECT_EQ(count_op(*out, "contiguous"), 1U);
+    EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
+  }
+}
+
 }  // namespace
 }  // namespace sgtest
