@@ -107,19 +107,48 @@ class CompiledAtenGraph:
              f"{self.folded} folded, {self.attention_fused} written-out attentions fused, "
              f"{len(self.regions)} sinkgraph regions, "
              f"{len(self.fallback)} fallback nodes")
-        # One region that is the whole graph: call it directly, without the FX module.
-        self.whole = self._whole_graph_region(gm)
+        # One region that is the whole graph: call it directly, without the FX
+        # module, its arguments picked by a plan when they are not the graph's
+        # inputs in order (Note [Arguments by plan], python/src/module.cpp).
+        plan = self._whole_graph_plan(gm)
+        self.whole = plan is not None
+        inputs = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+        in_order = len(plan or ()) == inputs and all(
+            isinstance(p, int) and p == i for i, p in enumerate(plan or ()))
+        if self.whole and not in_order:
+            self.regions[0].use_plan(plan)
         self.fn = self.regions[0] if self.whole else gm
 
     @staticmethod
-    def _whole_graph_region(gm):
+    def _whole_graph_plan(gm):
+        """When the graph is one region fed by its inputs and folded constants and
+        returning the region's outputs: per region argument, the index of the
+        graph input it is, or the constant tensor. None otherwise."""
         nodes = list(gm.graph.nodes)
-        phs = [n for n in nodes if n.op == "placeholder"]
+        phs = {n: i for i, n in enumerate(n for n in nodes if n.op == "placeholder")}
         calls = [n for n in nodes if n.op == "call_function"]
         regions = [n for n in calls if isinstance(n.target, Region)]
-        if len(regions) != 1 or list(regions[0].args) != phs:
-            return False
+        if len(regions) != 1 or regions[0].kwargs:
+            return None
+        if any(n.op not in ("placeholder", "get_attr", "call_function", "output") for n in nodes):
+            return None
         region = regions[0]
+        plan = []
+        for a in region.args:
+            if a in phs:
+                plan.append(phs[a])
+            elif (isinstance(a, torch.fx.Node) and a.op == "get_attr" and
+                  isinstance(getattr(gm, a.target, None), torch.Tensor)):
+                plan.append(getattr(gm, a.target))
+            else:
+                return None
+        if not CompiledAtenGraph._returns_region(nodes, calls, region):
+            return None
+        return plan
+
+    @staticmethod
+    def _returns_region(nodes, calls, region):
+        """The graph returns the region's outputs, in order, and nothing else."""
         items = [n for n in calls if n is not region]
         out = nodes[-1].args[0]
         if not items:

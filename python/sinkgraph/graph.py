@@ -199,6 +199,7 @@ class Region:
         # side binds arguments and returns torch tensors, through these.
         self.graph.bind_torch(torch.Tensor, torch.utils.dlpack.to_dlpack, _from_dlpack)
         self._plain_single = None  # see __call__
+        self._plan = None  # see use_plan
         info(f"region @{name}: compiled for mode {config.mode}: "
              f"{sum(1 for n in gm.graph.nodes if n.op == 'call_function')} ATen nodes, "
              f"{len(placeholders)} inputs ({len(param_args)} params)")
@@ -208,6 +209,18 @@ class Region:
         the region's outputs are then returned as they come."""
         return (layout == list(range(len(layout))) and
                 all(o is None for o in self.out_orders[:len(layout)]))
+
+    def use_plan(self, plan):
+        """Called from then on with the whole ATen graph's inputs: `plan` gives,
+        per region argument, an index into them or a constant tensor (Note
+        [Arguments by plan], python/src/module.cpp)."""
+        self.graph.set_plan(plan)
+        self._plan = list(plan)
+
+    def _region_args(self, args):
+        if self._plan is None:
+            return args
+        return [args[p] if isinstance(p, int) else p for p in self._plan]
 
     def __call__(self, *args):
         return self._finish(self.graph.call_torch(args), args)
@@ -232,7 +245,7 @@ class Region:
             if self._plain_single:
                 return outs[0] if single else tuple(outs)
         else:
-            single, layout = layouts[RegionRunner.shape_key(args)]
+            single, layout = layouts[RegionRunner.shape_key(self._region_args(args))]
         result = []
         for k, s in enumerate(layout):
             if not isinstance(s, int):

@@ -241,15 +241,62 @@ class CompiledGraph {
     hooks_ = {std::move(tensor_type), std::move(to_dlpack), std::move(from_dlpack)};
   }
 
+  // Note [Arguments by plan]
+  // When a region is the whole of an ATen graph but for the constants folded
+  // at compile time (fold_constants: a Llama's decode step holds 15), the FX
+  // module around it only fetched those constants and reordered the graph's
+  // inputs into the region's arguments, for about 35 us of interpreter time
+  // per call, and each constant crossed by DLPack on every call. A plan
+  // instead says, per region argument, where it comes from: an index into the
+  // graph's inputs, or a constant, bound here once (the graph holds it, so its
+  // memory never moves). call_torch() then takes the graph's inputs as
+  // AOTAutograd passes them.
+  void set_plan(const py::list& plan) {
+    SG_CHECK(hooks_.tensor_type, "region @", name_, ": bind_torch() was not called");
+    std::vector<std::int64_t> sources;
+    std::vector<ParamSlot> constants;
+    for (const py::handle item : plan) {
+      if (PyLong_Check(item.ptr()) != 0) {
+        const auto index = item.cast<std::int64_t>();
+        SG_CHECK(index >= 0, "region @", name_, ": plan index ", index, " is negative");
+        sources.push_back(index);
+        continue;
+      }
+      SG_CHECK(PyObject_IsInstance(item.ptr(), hooks_.tensor_type.ptr()) == 1, "region @", name_,
+               ": a plan item is a ", py::type::of(item).attr("__name__").cast<std::string>(),
+               "; expected an input index or a constant tensor");
+      ParamSlot slot;
+      slot.tensor = py::reinterpret_borrow<py::object>(item);
+      slot.bound = sg::python::from_dlpack(hooks_.to_dlpack(item));
+      constants.push_back(std::move(slot));
+      sources.push_back(-static_cast<std::int64_t>(constants.size()));  // -1 - constant index
+    }
+    plan_ = std::move(sources);
+    constants_ = std::move(constants);
+  }
+
   // Note [Torch arguments in one call]: torch tensors and integers in, the
-  // tensor outputs out as torch tensors.
+  // tensor outputs out as torch tensors. With a plan (Note [Arguments by
+  // plan]), `values` are the graph's inputs and the plan picks the region's.
   py::list call_torch(const py::sequence& values) {
     SG_CHECK(hooks_.tensor_type, "region @", name_, ": bind_torch() was not called");
     std::vector<sg::Arg> args;
-    const auto n = static_cast<std::size_t>(py::len(values));
+    const auto given = static_cast<std::size_t>(py::len(values));
+    const std::size_t n = plan_.empty() ? given : plan_.size();
     args.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const py::handle v = values[i];
+      std::size_t from = i;
+      if (!plan_.empty()) {
+        const std::int64_t source = plan_[i];
+        if (source < 0) {
+          args.emplace_back(constants_[static_cast<std::size_t>(-1 - source)].bound);
+          continue;
+        }
+        from = static_cast<std::size_t>(source);
+        SG_CHECK(from < given, "region @", name_, ": called with ", given,
+                 " inputs; its plan reads input ", from);
+      }
+      const py::handle v = values[from];
       if (PyObject_IsInstance(v.ptr(), hooks_.tensor_type.ptr()) == 1) {
         if (i < is_param_.size() && is_param_[i]) {
           args.emplace_back(param(i, v));
@@ -311,6 +358,8 @@ class CompiledGraph {
   bool frozen_ = false;
   std::vector<bool> is_param_;  // by argument index
   std::vector<ParamSlot> slots_;
+  std::vector<std::int64_t> plan_;    // Note [Arguments by plan]; empty: values in order
+  std::vector<ParamSlot> constants_;  // the plan's constants, bound once
   TorchHooks hooks_;
   std::shared_ptr<sg::CompiledFunction> fn_;
   std::shared_ptr<py::function> holder_;
@@ -539,6 +588,7 @@ PYBIND11_MODULE(_C, m) {
       .def("bind_torch", &CompiledGraph::bind_torch, py::arg("tensor_type"), py::arg("to_dlpack"),
            py::arg("from_dlpack"))
       .def("call_torch", &CompiledGraph::call_torch)
+      .def("set_plan", &CompiledGraph::set_plan, py::arg("plan"))
       .def("explain", &CompiledGraph::explain)
       .def("counters", &CompiledGraph::counters)
       .def("num_graphs", &CompiledGraph::num_graphs)

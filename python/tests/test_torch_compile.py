@@ -138,3 +138,39 @@ def test_graph_breaks_are_compiled_on_both_sides_and_reported():
             torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
     assert sinkgraph.counters(backend)["graphs_compiled"] >= 2
     assert "graph break" in sinkgraph.explain(backend)
+
+
+class _Planned(torch.nn.Module):
+    """A graph whose one region reads its inputs out of order (y before x)
+    and a constant folded at compile time (the arange)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x, y):
+        return (y @ self.w.T + torch.arange(4.0) * x.sum(), y - x)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_region_fed_by_reordered_inputs_and_constants_is_called_by_plan(mode):
+    """Note [Arguments by plan]: no FX module around the region, the same
+    results as eager for every shape (two layouts of outputs) and every call."""
+    from sinkgraph.backend import all_backends
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Planned().eval()
+    backend = make_backend(mode)
+    opt = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for rows in (3, 5, 3, 5, 2):
+            x, y = torch.randn(rows, 4), torch.randn(rows, 4)
+            got, want = opt(x, y), model(x, y)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    graphs = [g for b in all_backends() if b is backend for g in b.compiled]
+    assert graphs and all(g.whole for g in graphs), [g.explain() for g in graphs]
+    planned = [r for g in graphs for r in g.regions if r._plan is not None]
+    assert planned, "expected a region called by plan"
+    assert any(isinstance(p, torch.Tensor) for p in planned[0]._plan), planned[0]._plan
+    assert sinkgraph.counters(backend)["replayed"] >= 2
