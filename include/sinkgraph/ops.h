@@ -212,6 +212,10 @@ SG_API Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::int
 SG_API void set_use_onednn(bool use);
 SG_API bool use_onednn();
 SG_API bool onednn_built();
+// Whether linear's products past 32 rows take oneDNN: only where its kernels
+// keep each row's bits wherever the row stands among the others (AVX-512;
+// linear's promise, Note [Matrix products through oneDNN]).
+SG_API bool onednn_linear_products();
 // conv2d calls, and matrix products (linear and matmul past 32 rows, Note
 // [Matrix products through oneDNN]), that ran through oneDNN in this process
 // (for tests and benchmarks: which path a shape takes).

@@ -113,7 +113,7 @@ void linear_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t l
                 KernelContext& ctx);
 void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
                float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
-               KernelContext& ctx);
+               KernelContext& ctx, bool any_order = false);
 
 // Note [A linear's rows and a matmul's]
 // linear keeps its row kernel up to kMaxKernelRows rows for batch
@@ -337,7 +337,9 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
 // In a build with oneDNN, tiles_f32 asks its matmul first (Note [Matrix
 // products through oneDNN] in onednn.h), which measured 2.5x this kernel's
 // rate on one thread (AVX-512 brgemm against our 8-lane tiles); these tiles
-// run the products it declines, and every product with set_use_onednn(false).
+// run the products it declines, every product with set_use_onednn(false),
+// and linear's products where oneDNN's kernels are AVX2's, whose rows do not
+// keep one order of sums (onednn::rows_in_any_order(), onednn.h).
 
 // out[i, 0..cols) for R rows of x over k in [0, kc), with the block's kTileCols
 // weights for each k at packed[c * ldp], continuing the sums already in out
@@ -432,11 +434,16 @@ void tile_part(const float* w, std::int64_t wn, std::int64_t wk, const float* x,
 // out[M, N] = x[M, K] @ W for a weight whose element (n, k) is
 // w[n * wn + k * wk]: a linear's w[N, K] (wn = ldw, wk = 1) or a matmul's
 // row-major b[K, N] (wn = 1, wk = ldb).
+// `any_order`: each row's bits must not depend on its place among the rows
+// (linear's promise), which oneDNN keeps only with AVX-512 kernels.
 void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
                float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
-               KernelContext& ctx) {
+               KernelContext& ctx, bool any_order) {
   // Note [Matrix products through oneDNN] (onednn.h): where this build has it.
-  if (onednn::matmul(w, wn, wk, x, ldx, out, ldo, m, n, k, ctx)) return;
+  if ((!any_order || onednn::rows_in_any_order()) &&
+      onednn::matmul(w, wn, wk, x, ldx, out, ldo, m, n, k, ctx)) {
+    return;
+  }
   const std::int64_t blocks = (n + kTileCols - 1) / kTileCols;
   parallel_for(ctx, blocks, grain_for(m * k * kTileCols),
                [&](std::int64_t begin, std::int64_t end) {
@@ -447,7 +454,7 @@ void tiles_f32(const float* w, std::int64_t wn, std::int64_t wk, const float* x,
 void linear_tiles_f32(const float* w, std::int64_t ldw, const float* x, std::int64_t ldx,
                       float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
                       KernelContext& ctx) {
-  tiles_f32(w, ldw, 1, x, ldx, out, ldo, m, n, k, ctx);
+  tiles_f32(w, ldw, 1, x, ldx, out, ldo, m, n, k, ctx, /*any_order=*/true);
 }
 
 // Rows of x up to this many run linear_rows_f32; more (a prefill) run

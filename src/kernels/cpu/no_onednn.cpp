@@ -10,6 +10,7 @@ bool enabled() { return false; }
 std::uint64_t calls() { return 0; }
 bool conv2d(const ArgBlock& /*args*/, KernelContext& /*ctx*/) { return false; }
 std::uint64_t matmul_calls() { return 0; }
+bool rows_in_any_order() { return false; }
 bool matmul(const float* /*w*/, std::int64_t /*wn*/, std::int64_t /*wk*/, const float* /*x*/,
             std::int64_t /*ldx*/, float* /*out*/, std::int64_t /*ldo*/, std::int64_t /*m*/,
             std::int64_t /*n*/, std::int64_t /*k*/, KernelContext& /*ctx*/,

@@ -75,16 +75,25 @@ bool conv2d(const ArgBlock& args, KernelContext& ctx);
 // by the shape alone (of rows, or of columns when the rows are few:
 // onednn_matmul.cpp) that our compute threads run, so the result does not
 // depend on the thread count.
-// oneDNN's kernels compute each output over K in an order fixed by the
-// primitive, the same for every row: a row's result among other rows does
-// not depend on their order (ops_threads tests it), though it can differ by
-// rounding from the same row in a product of another number of rows.
+// Where oneDNN runs AVX-512 kernels, they compute each output over K in an
+// order fixed by the primitive, the same for every row: a row's result among
+// other rows does not depend on their order, though it can differ by
+// rounding from the same row in a product of another number of rows. Its
+// AVX2 kernels do not keep that: the rows of an M block's tail, and of
+// block boundaries, sum in another order (measured on an AVX2 EPYC with
+// oneDNN 2.7: of a 33-row linear, rows 0-2 and 30-32 changed by rounding
+// when the rows were reversed), so there linear's products, which promise
+// it (Note [Products of many rows] in linalg.cpp; ops_threads tests it),
+// keep the tiles: rows_in_any_order() says which.
 // `on_this_thread`: the blocks run in turn on the calling thread (a kernel
 // that already split its work across the compute threads, as sdpa does by
 // heads), the same blocks and so the same bits.
 bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
             float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
             KernelContext& ctx, bool on_this_thread = false);
+// Whether matmul gives a row the same bits wherever it stands among the
+// rows (its kernels are AVX-512's; see above). False without oneDNN.
+bool rows_in_any_order();
 // matmul calls that ran here (ops::onednn_matmul_calls).
 std::uint64_t matmul_calls();
 

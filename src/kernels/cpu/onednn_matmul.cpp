@@ -131,6 +131,16 @@ void run_block(Job& job, const Block& blk) {
 
 std::uint64_t matmul_calls() { return g_matmul_calls.load(std::memory_order_relaxed); }
 
+bool rows_in_any_order() {
+  // oneDNN's ISA values are masks, each holding the bits of those it extends.
+  static const bool avx512 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & core) == core;
+  }();
+  return avx512;
+}
+
 bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, std::int64_t ldx,
             float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
             KernelContext& ctx, bool on_this_thread) {

@@ -96,6 +96,7 @@ namespace sinkgraph::ops {
 void set_use_onednn(bool use) { kernels::cpu::onednn::set_enabled(use); }
 bool use_onednn() { return kernels::cpu::onednn::enabled(); }
 bool onednn_built() { return kernels::cpu::onednn::built(); }
+bool onednn_linear_products() { return kernels::cpu::onednn::rows_in_any_order(); }
 std::uint64_t onednn_conv_calls() { return kernels::cpu::onednn::calls(); }
 std::uint64_t onednn_matmul_calls() { return kernels::cpu::onednn::matmul_calls(); }
 
