@@ -182,15 +182,24 @@ ir::Value* sdpa_mask(ir::Graph& g, ir::Value* q, ir::Value* k, ir::Value* v, ir:
   return add(g, "sdpa_mask", {q, k, v, mask}, {{"heads", std::int64_t{8}}, {"scale", 0.5}}, "y");
 }
 
+// q [b, 8, 3, 4], k/v caches [b, 2, 5, 4] and a mask [1, 1, 3, 5]; `kc_kind`
+// marks a cache the graph writes.
+struct Attention {
+  ir::Value *q, *kc, *vc, *mask;
+};
+Attention attention_inputs(ir::Graph& g, std::int64_t b, InputKind kc_kind = InputKind::input) {
+  return {g.add_input("q", meta({b, 8, 3, 4}), InputKind::input),
+          g.add_input("kc", meta({b, 2, 5, 4}), kc_kind),
+          g.add_input("vc", meta({b, 2, 5, 4}), InputKind::input),
+          g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input)};
+}
+
 TEST(passes_remove_noop_ops, ReadsGroupedHeadsInPlace) {
   ir::Graph g("g");
-  ir::Value* q = g.add_input("q", meta({2, 8, 3, 4}), InputKind::input);
-  ir::Value* kc = g.add_input("kc", meta({2, 2, 5, 4}), InputKind::input);
-  ir::Value* vc = g.add_input("vc", meta({2, 2, 5, 4}), InputKind::input);
-  ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
-  ir::Value* k = repeat_heads(g, kc, 4);
-  ir::Value* v = repeat_heads(g, vc, 4);
-  g.outputs = {sdpa_mask(g, q, k, v, mask)};
+  const Attention a = attention_inputs(g, 2);
+  ir::Value* k = repeat_heads(g, a.kc, 4);
+  ir::Value* v = repeat_heads(g, a.vc, 4);
+  g.outputs = {sdpa_mask(g, a.q, k, v, a.mask)};
   auto out = run_pass(g, "remove_noop_ops");
   const ir::Node& attention = *out->nodes().back();
   EXPECT_EQ(attention.operands.at(1)->name, "kc");
@@ -206,14 +215,11 @@ TEST(passes_remove_noop_ops, KeepsGroupedHeadCopiesItCannotDrop) {
   // the values from before it.
   {
     ir::Graph g("g");
-    ir::Value* q = g.add_input("q", meta({1, 8, 3, 4}), InputKind::input);
-    ir::Value* kc = g.add_input("kc", meta({1, 2, 5, 4}), InputKind::mutated);
-    ir::Value* vc = g.add_input("vc", meta({1, 2, 5, 4}), InputKind::input);
-    ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
-    ir::Value* k = repeat_heads(g, kc, 4);
-    ir::Value* v = repeat_heads(g, vc, 4);
-    add(g, "fill_", {kc}, {{"value", 3.0}});
-    g.outputs = {sdpa_mask(g, q, k, v, mask)};
+    const Attention a = attention_inputs(g, 1, InputKind::mutated);
+    ir::Value* k = repeat_heads(g, a.kc, 4);
+    ir::Value* v = repeat_heads(g, a.vc, 4);
+    add(g, "fill_", {a.kc}, {{"value", 3.0}});
+    g.outputs = {sdpa_mask(g, a.q, k, v, a.mask)};
     auto out = run_pass(g, "remove_noop_ops");
     EXPECT_EQ(out->nodes().back()->operands.at(1)->name, k->name);
     EXPECT_TRUE(same_results(g, *out, random_inputs(g)));
@@ -234,13 +240,10 @@ TEST(passes_remove_noop_ops, KeepsGroupedHeadCopiesItCannotDrop) {
   // stays for its other reader.
   {
     ir::Graph g("g");
-    ir::Value* q = g.add_input("q", meta({1, 8, 3, 4}), InputKind::input);
-    ir::Value* kc = g.add_input("kc", meta({1, 2, 5, 4}), InputKind::input);
-    ir::Value* vc = g.add_input("vc", meta({1, 2, 5, 4}), InputKind::input);
-    ir::Value* mask = g.add_input("mask", meta({1, 1, 3, 5}), InputKind::input);
-    ir::Value* k = repeat_heads(g, kc, 4);
-    ir::Value* v = repeat_heads(g, vc, 4);
-    g.outputs = {sdpa_mask(g, q, k, v, mask), add(g, "exp", {k})};
+    const Attention a = attention_inputs(g, 1);
+    ir::Value* k = repeat_heads(g, a.kc, 4);
+    ir::Value* v = repeat_heads(g, a.vc, 4);
+    g.outputs = {sdpa_mask(g, a.q, k, v, a.mask), add(g, "exp", {k})};
     auto out = run_pass(g, "remove_noop_ops");
     passes::PassContext ctx;
     passes::find_pass("dce").run(*out, ctx);
