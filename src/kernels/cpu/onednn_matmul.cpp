@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,6 +98,40 @@ struct Job {
   std::string error;
 };
 
+// Note [oneDNN arguments bound once per thread]
+// A product of a few rows (an encoder over ten tokens, a decode step's
+// attention) takes a few microseconds in oneDNN's kernel, and executing it
+// through the C++ API cost about as much again around it: four dnnl::memory
+// objects created and destroyed per block (a heap allocation each) and an
+// std::unordered_map of the arguments built for execute(), with its buckets
+// and nodes (malloc, free and the map's rehash were a quarter of a
+// ten-token TransformerEncoderLayer replay's samples). Each compute thread
+// now keeps, per plan it ran recently, the four memory objects, and points
+// them at this block's buffers (set_data_handle: a pointer store for plain
+// layouts) before executing through the C API with a fixed array of
+// arguments. The entry holds the plan alive, so its address names it.
+struct BoundPlan {
+  std::shared_ptr<const Plan> plan;
+  memory x, w, out, pad;
+};
+constexpr std::size_t kBoundPlans = 16;  // per compute thread, replaced in turn
+
+BoundPlan& bound_plan(const std::shared_ptr<const Plan>& plan) {
+  // On the heap: thread_local storage in a dlopened library is a few
+  // kilobytes for the whole process.
+  thread_local std::vector<BoundPlan> bound(kBoundPlans);
+  thread_local std::size_t next = 0;
+  for (BoundPlan& b : bound) {
+    if (b.plan == plan) return b;
+  }
+  BoundPlan& b = bound[next];
+  next = (next + 1) % kBoundPlans;
+  const dnnl::engine& eng = engine();
+  b = BoundPlan{plan, memory(plan->x_desc, eng, nullptr), memory(plan->w_desc, eng, nullptr),
+                memory(plan->out_desc, eng, nullptr), memory(plan->pad_desc, eng, nullptr)};
+  return b;
+}
+
 // One block, single-threaded, on whichever compute thread runs it.
 void run_block(Job& job, const Block& blk) {
   try {
@@ -109,12 +144,18 @@ void run_block(Job& job, const Block& blk) {
     const auto dense_size = static_cast<std::size_t>(blk.rows * blk.cols);
     if (blk.dense_copy && dense.size() < dense_size) dense.resize(dense_size);
     float* dst = blk.dense_copy ? dense.data() : blk.out;
-    const dnnl::engine& eng = engine();
-    plan.primitive.execute(stream,
-                           {{DNNL_ARG_SRC, memory(plan.x_desc, eng, const_cast<float*>(blk.x))},
-                            {DNNL_ARG_WEIGHTS, memory(plan.w_desc, eng, const_cast<float*>(blk.w))},
-                            {DNNL_ARG_DST, memory(plan.out_desc, eng, dst)},
-                            {DNNL_ARG_SCRATCHPAD, memory(plan.pad_desc, eng, pad.data())}});
+    BoundPlan& b = bound_plan(blk.plan);
+    b.x.set_data_handle(const_cast<float*>(blk.x));
+    b.w.set_data_handle(const_cast<float*>(blk.w));
+    b.out.set_data_handle(dst);
+    b.pad.set_data_handle(pad.data());
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, b.x.get()},
+                                    {DNNL_ARG_WEIGHTS, b.w.get()},
+                                    {DNNL_ARG_DST, b.out.get()},
+                                    {DNNL_ARG_SCRATCHPAD, b.pad.get()}};
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(plan.primitive.get(), stream.get(),
+                                                   static_cast<int>(std::size(args)), args),
+                            "matmul execute");
     stream.wait();
     if (blk.dense_copy) {
       for (std::int64_t r = 0; r < blk.rows; ++r)
