@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -629,6 +630,53 @@ TEST(ops_nn, sdpa_mask_matches_the_reference_with_padding_and_a_fully_masked_row
   const auto got = out.to_floats();
   EXPECT_TRUE(all_close(got, want, 1e-5, 1e-6));
   for (std::int64_t c = 0; c < e; ++c) EXPECT_EQ(got[2 * e + c], 0.0F) << c;
+}
+
+// The row walk's f32 paths (Note [Value rows in registers], score_row_f32 in
+// transformer.cpp) by head size (a tail of fewer than eight, one to three
+// chunks of eight, a pass of 32 and a tail) and key count (fewer than
+// eight, whole eights, eights and a tail): each against the reference, with
+// an additive mask that hides some keys and causally; and each query row is
+// bitwise the row computed alone.
+TEST(ops_nn, sdpa_row_walk_matches_the_reference_across_head_sizes_and_key_counts) {
+  const std::int64_t b = 1, l = 5, heads = 2;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::int64_t d : {4, 8, 16, 24, 40, 76}) {
+    for (const std::int64_t s : {3, 8, 13, 31}) {
+      SCOPED_TRACE(std::to_string(d) + " head dims, " + std::to_string(s) + " keys");
+      const std::int64_t e = heads * d;
+      std::mt19937 rng(static_cast<unsigned>(40 + d * 64 + s));
+      const auto q = sgtest::random_floats(rng, b * l * e, -1, 1);
+      const auto k = sgtest::random_floats(rng, b * s * e, -1, 1);
+      const auto v = sgtest::random_floats(rng, b * s * e, -1, 1);
+      auto m = sgtest::random_floats(rng, l * s, -2, 2);
+      for (std::int64_t i = 0; i < l; ++i) m[i * s + (i * 5) % s] = -inf;
+      const Tensor tq = make(q, {b, l, e}), tk = make(k, {b, s, e}), tv = make(v, {b, s, e});
+      const Tensor mask = make(m, {1, 1, l, s});
+      const Tensor masked = ops::sdpa_mask(tq, tk, tv, mask, heads, 0.3);
+      EXPECT_TRUE(
+          all_close(masked.to_floats(),
+                    masked_attention_reference(q, k, v, b, l, s, e, heads, 0.3,
+                                               [&](std::int64_t, std::int64_t, std::int64_t i,
+                                                   std::int64_t j) { return m[i * s + j]; }),
+                    1e-5, 1e-6));
+      EXPECT_TRUE(
+          all_close(ops::sdpa_causal(tq, tk, tv, heads, 0.3).to_floats(),
+                    masked_attention_reference(q, k, v, b, l, s, e, heads, 0.3,
+                                               [&](std::int64_t, std::int64_t, std::int64_t i,
+                                                   std::int64_t j) { return j > i ? -inf : 0.0F; }),
+                    1e-5, 1e-6));
+      const auto all = masked.to_floats();
+      for (std::int64_t i = 0; i < l; ++i) {
+        const Tensor qi = ops::slice(tq, 1, i, i + 1, 1);
+        const Tensor mi = ops::slice(mask, 2, i, i + 1, 1);
+        const auto alone = ops::sdpa_mask(qi, tk, tv, mi, heads, 0.3).to_floats();
+        for (std::int64_t c = 0; c < e; ++c) {
+          ASSERT_EQ(alone[c], all[i * e + c]) << "query " << i << ", column " << c;
+        }
+      }
+    }
+  }
 }
 
 // One key row [S] expanded to [B, H, L, S] (every stride 0) is the same as

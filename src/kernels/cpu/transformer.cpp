@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -498,6 +499,98 @@ bool sdpa_products(const SdpaProblem& p, KernelContext& ctx, bool causal) {
   return !declined.load(std::memory_order_relaxed);
 }
 
+// Note [Value rows in registers]
+// A query row's output is sum_j p[j] * v_j over its keys in order. Written as
+// a pass over the v rows that updated an accumulator row in memory, every
+// key's multiply-adds read what the previous key's had just stored: one
+// store-to-load chain per key, and a quarter of sdpa_rows' samples sat on
+// that one store at decode's 8-wide heads. The row's sums now stay in vector
+// registers across all keys, 32 floats per pass (four chains of multiply-adds
+// in flight; below 32 floats, the even and the odd keys in two sets of sums
+// added at the end), and are stored once. Per output element the order of the
+// fused multiply-adds (Note [Explicit fma]) is fixed by the head size and the
+// key count alone, so a row's result depends on nothing but its own
+// operands: not on the rows beside it in its block, the batch, or the thread
+// count.
+template <int kChunks>
+void weigh_values_chunks(const float* p, std::int64_t keys, const float* v, std::int64_t vstride,
+                         float* out) {
+  // Fewer than four chunks: the even and the odd keys in two sets of sums,
+  // added at the end, so that at least two chains are in flight.
+  constexpr int kSets = kChunks < 4 ? 2 : 1;
+  vec::F8 acc[kSets][kChunks] = {};
+  const auto step = [&](int set, std::int64_t j) {
+    const vec::F8 pj = vec::splat(p[j]);
+    const float* vr = v + j * vstride;
+#pragma GCC unroll 4
+    for (int c = 0; c < kChunks; ++c) {
+      vec::F8 x;
+      std::memcpy(&x, vr + c * vec::kLanes, sizeof x);
+      acc[set][c] = vec::fmadd(pj, x, acc[set][c]);
+    }
+  };
+  std::int64_t j = 0;
+  for (; j + kSets <= keys; j += kSets) {
+#pragma GCC unroll 2
+    for (int set = 0; set < kSets; ++set) step(set, j + set);
+  }
+  if (j < keys) step(0, j);
+  vec::F8 sum[kChunks];
+#pragma GCC unroll 4
+  for (int c = 0; c < kChunks; ++c) sum[c] = kSets == 2 ? acc[0][c] + acc[kSets - 1][c] : acc[0][c];
+  std::memcpy(out, sum, sizeof sum);
+}
+
+// out[0, d) = sum over j < keys of p[j] * v[j * vstride + (0, d)], f32, unit
+// stride along d.
+void weigh_values_f32(const float* p, std::int64_t keys, const float* v, std::int64_t vstride,
+                      std::int64_t d, float* out) {
+  constexpr std::int64_t kPass = 4 * vec::kLanes;
+  std::int64_t c0 = 0;
+  for (; c0 + kPass <= d; c0 += kPass) weigh_values_chunks<4>(p, keys, v + c0, vstride, out + c0);
+  switch ((d - c0) / vec::kLanes) {
+    case 3:
+      weigh_values_chunks<3>(p, keys, v + c0, vstride, out + c0);
+      break;
+    case 2:
+      weigh_values_chunks<2>(p, keys, v + c0, vstride, out + c0);
+      break;
+    case 1:
+      weigh_values_chunks<1>(p, keys, v + c0, vstride, out + c0);
+      break;
+    default:
+      break;
+  }
+  c0 += (d - c0) / vec::kLanes * vec::kLanes;
+  for (; c0 < d; ++c0) {
+    float s = 0.0F;
+    for (std::int64_t j = 0; j < keys; ++j) s = std::fma(p[j], v[j * vstride + c0], s);
+    out[c0] = s;
+  }
+}
+
+// scores[j] = q . k_j * scale (+ mask[j * mask_stride]) for j < keys, f32
+// rows with unit stride along d. Where d is a multiple of eight, eight keys
+// at a time with one transposing reduction (vec::dot_8rows, as the decode
+// attention's rows), the keys past the last eight one by one: which of the
+// two sums a key gets depends only on its index and the key count, so a
+// row's scores depend on nothing but its operands.
+void score_row_f32(const float* q, const float* k, std::int64_t kstride, std::int64_t keys,
+                   std::int64_t d, float scale, const float* mask, std::int64_t mask_stride,
+                   float* scores) {
+  std::int64_t j = 0;
+  if (d % vec::kLanes == 0) {
+    for (; j + vec::kLanes <= keys; j += vec::kLanes) {
+      vec::dot_8rows(q, k + j * kstride, kstride, d, scores + j);
+    }
+    for (std::int64_t i = 0; i < j; ++i) scores[i] *= scale;
+  }
+  for (; j < keys; ++j) scores[j] = vec::dot(q, k + j * kstride, d) * scale;
+  if (mask != nullptr) {
+    for (j = 0; j < keys; ++j) scores[j] += mask[j * mask_stride];
+  }
+}
+
 // `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
 // scores (its broadcast dims have stride 0 or size 1). `causal`: the keys
 // after the query's own index are left out, as torch's is_causal mask
@@ -545,7 +638,7 @@ void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, 
             const T* qrow[kQueryBlock] = {};
             const T* mrow[kQueryBlock] = {};
             std::int64_t keys[kQueryBlock] = {};
-            float mx[kQueryBlock], inv[kQueryBlock];
+            float mx[kQueryBlock];
             std::int64_t most = 0;
             for (std::int64_t r = 0; r < nr; ++r) {
               const std::int64_t i = i0 + r;
@@ -553,27 +646,33 @@ void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, 
               mrow[r] = pm != nullptr ? pm + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
               keys[r] = causal ? std::min(src, i + 1) : src;
               most = std::max(most, keys[r]);
-              mx[r] = -std::numeric_limits<float>::infinity();
             }
-            for (std::int64_t j = 0; j < most; ++j) {
+            bool scored = false;
+            if constexpr (std::is_same_v<T, float>) {
+              if (rows_f32) {
+                for (std::int64_t r = 0; r < nr; ++r) {
+                  score_row_f32(qrow[r], kbase, k.row, keys[r], d, scale, mrow[r], ms[3],
+                                scores + r * src);
+                }
+                scored = true;
+              }
+            }
+            for (std::int64_t j = 0; j < most && !scored; ++j) {
               const T* krow = kbase + j * k.row;
               for (std::int64_t r = 0; r < nr; ++r) {
                 if (j >= keys[r]) continue;
                 float dot = 0.0F;
-                if constexpr (std::is_same_v<T, float>) {
-                  if (rows_f32) dot = vec::dot(qrow[r], krow, d);
-                }
-                if (!rows_f32) {
-                  for (std::int64_t c = 0; c < d; ++c) {
-                    dot += load(qrow[r] + c * q.channel) * load(krow + c * k.channel);
-                  }
+                for (std::int64_t c = 0; c < d; ++c) {
+                  dot = std::fma(load(qrow[r] + c * q.channel), load(krow + c * k.channel), dot);
                 }
                 float& sc = scores[r * src + j];
                 sc = dot * scale;
                 if (mrow[r] != nullptr) sc += load(mrow[r] + j * ms[3]);
-                mx[r] = std::max(mx[r], sc);
               }
             }
+            // Each row's maximum afterwards, in lanes: kept in the loop above
+            // it was a chain through memory, one per key.
+            for (std::int64_t r = 0; r < nr; ++r) mx[r] = vec::max(scores + r * src, keys[r]);
             bool live[kQueryBlock] = {};
             for (std::int64_t r = 0; r < nr; ++r) {
               T* orow = po + b * o.strides[0] + (i0 + r) * o.strides[1] + h * d * o.strides[2];
@@ -583,28 +682,37 @@ void sdpa_rows(const ArgBlock& args, KernelContext& ctx, const TensorArg* mask, 
                 continue;
               }
               live[r] = true;
-              float* sr = scores + r * src;
-              float sum = 0.0F;
-              for (std::int64_t j = 0; j < keys[r]; ++j) {
-                sr[j] = vec::exp(sr[j] - mx[r]);
-                sum += sr[j];
+              // The weights in place: exponentials in lanes, their sum in
+              // lanes, each scaled by its reciprocal.
+              softmax_row_f32_from_max(scores + r * src, scores + r * src, keys[r], mx[r]);
+            }
+            // Note [Value rows in registers]
+            if constexpr (std::is_same_v<T, float>) {
+              if (v.channel == 1) {
+                for (std::int64_t r = 0; r < nr; ++r) {
+                  if (!live[r]) continue;
+                  T* orow = po + b * o.strides[0] + (i0 + r) * o.strides[1] + h * d * o.strides[2];
+                  float* out = o.strides[2] == 1 ? orow : acc + r * d;
+                  weigh_values_f32(scores + r * src, keys[r], vbase, v.row, d, out);
+                  if (out != orow) {
+                    for (std::int64_t c = 0; c < d; ++c) orow[c * o.strides[2]] = out[c];
+                  }
+                }
+                continue;
               }
-              inv[r] = 1.0F / sum;
+            }
+            for (std::int64_t r = 0; r < nr; ++r) {
               for (std::int64_t c = 0; c < d; ++c) acc[r * d + c] = 0.0F;
             }
             for (std::int64_t j = 0; j < most; ++j) {
               const T* vrow = vbase + j * v.row;
               for (std::int64_t r = 0; r < nr; ++r) {
                 if (!live[r] || j >= keys[r]) continue;
-                const float p = scores[r * src + j] * inv[r];
+                const float p = scores[r * src + j];
                 float* ar = acc + r * d;
-                if constexpr (std::is_same_v<T, float>) {
-                  if (v.channel == 1) {  // unit stride: the compiler vectorizes this loop
-                    for (std::int64_t c = 0; c < d; ++c) ar[c] += p * vrow[c];
-                    continue;
-                  }
+                for (std::int64_t c = 0; c < d; ++c) {
+                  ar[c] = std::fma(p, load(vrow + c * v.channel), ar[c]);  // Note [Explicit fma]
                 }
-                for (std::int64_t c = 0; c < d; ++c) ar[c] += p * load(vrow + c * v.channel);
               }
             }
             for (std::int64_t r = 0; r < nr; ++r) {
