@@ -337,7 +337,12 @@ HeadsView heads_view(const TensorArg& t, std::int64_t d) {
 // Per query row the arithmetic is unchanged (the same dot, the same
 // exponentials and sums over keys in order, the same multiply-adds over v
 // rows in order), so a row's result does not depend on the block around it,
-// the rows' count or the thread count.
+// the rows' count or the thread count. (Long attention has since moved to
+// products, Note [Long attention through products], and f32 rows with unit
+// strides are now scored and weighed one row at a time within the block,
+// Note [Value rows in registers]: a head's k and v rows at up to 32 query
+// rows are read from L1 or L2 per row, and the walk is bound by arithmetic.
+// The block stays for the strided and half-precision walk.)
 constexpr std::int64_t kQueryBlock = 4;
 
 // Note [Long attention through products]
