@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "sinkgraph/error.h"
 #include "sinkgraph/trace.h"
@@ -66,24 +68,44 @@ bool same_view(const Tensor& a, const Tensor& b) {
          a.shape() == b.shape() && a.strides() == b.strides();
 }
 
-// How tensor argument `i` aliases an earlier one (Guards::check and trace()).
-ArgGuard::Alias classify_alias(std::span<const Arg> args, std::size_t i, int& alias_of,
+// Per argument, the first earlier tensor argument that shares its storage
+// (-1 for none, and for what is not a concrete tensor). By storage address
+// in sorted order: Guards::check runs on every call, and a decode step's
+// 81 arguments compared pairwise were 3,240 comparisons per call.
+std::vector<int> first_sharers(std::span<const Arg> args) {
+  std::vector<std::pair<const void*, int>> by_storage;
+  by_storage.reserve(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto* t = std::get_if<Tensor>(&args[i]);
+    if (t == nullptr || !t->defined() || t->is_traced()) continue;
+    by_storage.emplace_back(t->storage().get(), static_cast<int>(i));
+  }
+  std::sort(by_storage.begin(), by_storage.end());
+  std::vector<int> first(args.size(), -1);
+  for (std::size_t k = 1; k < by_storage.size(); ++k) {
+    if (by_storage[k].first != by_storage[k - 1].first) continue;
+    const int prev = by_storage[k - 1].second;  // the group's first, or its first's sharer
+    first[static_cast<std::size_t>(by_storage[k].second)] =
+        first[static_cast<std::size_t>(prev)] >= 0 ? first[static_cast<std::size_t>(prev)] : prev;
+  }
+  return first;
+}
+
+// How tensor argument `i` aliases an earlier one, `sharer` being the first
+// earlier argument on its storage (first_sharers; Guards::check and trace()).
+ArgGuard::Alias classify_alias(std::span<const Arg> args, std::size_t i, int sharer, int& alias_of,
                                bool& overlaps) {
   alias_of = -1;
   overlaps = false;
-  const auto* t = std::get_if<Tensor>(&args[i]);
-  if (t == nullptr || !t->defined() || t->is_traced()) return ArgGuard::Alias::none;
-  for (std::size_t j = 0; j < i; ++j) {
-    const auto* u = std::get_if<Tensor>(&args[j]);
-    if (u == nullptr || !u->defined() || u->is_traced() || !u->shares_storage(*t)) continue;
-    alias_of = static_cast<int>(j);
-    if (same_view(*t, *u)) return ArgGuard::Alias::same;
-    const auto [a0, a1] = extent(*t);
-    const auto [b0, b1] = extent(*u);
-    overlaps = a0 < b1 && b0 < a1;
-    return ArgGuard::Alias::disjoint;
-  }
-  return ArgGuard::Alias::none;
+  if (sharer < 0) return ArgGuard::Alias::none;
+  const auto& t = std::get<Tensor>(args[i]);
+  const auto& u = std::get<Tensor>(args[static_cast<std::size_t>(sharer)]);
+  alias_of = sharer;
+  if (same_view(t, u)) return ArgGuard::Alias::same;
+  const auto [a0, a1] = extent(t);
+  const auto [b0, b1] = extent(u);
+  overlaps = a0 < b1 && b0 < a1;
+  return ArgGuard::Alias::disjoint;
 }
 
 class Tracer final : public DispatchInterceptor {
@@ -205,6 +227,7 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
   Tracer tracer(options, out);
   std::vector<Arg> traced_args;
   int next_symbol = 0;
+  const std::vector<int> sharers = first_sharers(example_args);
   for (std::size_t i = 0; i < example_args.size(); ++i) {
     const std::string name = arg_name(options, i);
     ArgGuard guard;
@@ -233,7 +256,7 @@ TracedGraph trace(const TracedFn& fn, std::span<const Arg> example_args,
       // graph input; views that overlap otherwise cannot be traced as
       // separate inputs (a write through one would be invisible to the other).
       bool overlaps = false;
-      guard.alias = classify_alias(example_args, i, guard.alias_of, overlaps);
+      guard.alias = classify_alias(example_args, i, sharers[i], guard.alias_of, overlaps);
       SG_CHECK(!overlaps, "trace: arguments ", guard.alias_of, " and ", i, " (", name,
                ") are different views of overlapping memory; a graph takes each tensor argument "
                "as separate memory. Pass a copy (ops::clone), or the same view twice");
@@ -323,53 +346,56 @@ bool Guards::check(std::span<const Arg> call_args, std::string* why) const {
     return fail("expected " + std::to_string(args.size()) + " arguments, got " +
                 std::to_string(call_args.size()));
   }
+  const std::vector<int> sharers = first_sharers(call_args);
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ArgGuard& g = args[i];
-    const std::string where = "argument " + std::to_string(i);
+    // The argument's name, built only for a failure's reason.
+    const auto where = [i] { return "argument " + std::to_string(i); };
     switch (g.kind) {
       case ArgGuard::Kind::tensor: {
         const auto* t = std::get_if<Tensor>(&call_args[i]);
-        if (t == nullptr || !t->defined()) return fail(where + " must be a tensor");
+        if (t == nullptr || !t->defined()) return fail(where() + " must be a tensor");
         if (t->dtype() != g.dtype) {
-          return fail(where + " has dtype " + std::string(dtype_name(t->dtype())) +
+          return fail(where() + " has dtype " + std::string(dtype_name(t->dtype())) +
                       ", traced with " + std::string(dtype_name(g.dtype)));
         }
-        if (t->device().type() != g.device) return fail(where + " moved to another device type");
+        if (t->device().type() != g.device) return fail(where() + " moved to another device type");
         if (t->ndim() != static_cast<int>(g.dims.size())) {
-          return fail(where + " has rank " + std::to_string(t->ndim()) + ", traced with " +
+          return fail(where() + " has rank " + std::to_string(t->ndim()) + ", traced with " +
                       std::to_string(g.dims.size()));
         }
         for (std::size_t d = 0; d < g.dims.size(); ++d) {
           if (g.dims[d] >= 0 && t->size(static_cast<int>(d)) != g.dims[d]) {
-            return fail(where + " dimension " + std::to_string(d) + " is " +
+            return fail(where() + " dimension " + std::to_string(d) + " is " +
                         std::to_string(t->size(static_cast<int>(d))) +
                         ", traced as the static size " + std::to_string(g.dims[d]));
           }
         }
         if (t->is_contiguous() != g.contiguous) {
-          return fail(where + (g.contiguous ? " is not contiguous, traced contiguous"
-                                            : " is contiguous, traced non-contiguous"));
+          return fail(where() + (g.contiguous ? " is not contiguous, traced contiguous"
+                                              : " is contiguous, traced non-contiguous"));
         }
         if (!g.strides.empty() && !std::equal(g.strides.begin(), g.strides.end(),
                                               t->strides().begin(), t->strides().end())) {
-          return fail(where + " has other strides than traced");
+          return fail(where() + " has other strides than traced");
         }
         int alias_of = -1;
         bool overlaps = false;
-        const ArgGuard::Alias alias = classify_alias(call_args, i, alias_of, overlaps);
+        const ArgGuard::Alias alias = classify_alias(call_args, i, sharers[i], alias_of, overlaps);
         if (alias != g.alias || alias_of != g.alias_of || overlaps) {
-          return fail(where + " shares memory with the other arguments differently than traced");
+          return fail(where() + " shares memory with the other arguments differently than traced");
         }
         break;
       }
       case ArgGuard::Kind::sym:
-        if (!std::holds_alternative<SymInt>(call_args[i])) return fail(where + " must be a SymInt");
+        if (!std::holds_alternative<SymInt>(call_args[i]))
+          return fail(where() + " must be a SymInt");
         break;
       case ArgGuard::Kind::integer: {
         const auto* v = std::get_if<std::int64_t>(&call_args[i]);
-        if (v == nullptr) return fail(where + " must be a plain integer");
+        if (v == nullptr) return fail(where() + " must be a plain integer");
         if (*v != g.value) {
-          return fail(where + " is " + std::to_string(*v) + ", specialized while tracing as " +
+          return fail(where() + " is " + std::to_string(*v) + ", specialized while tracing as " +
                       std::to_string(g.value));
         }
         break;

@@ -359,6 +359,35 @@ TEST(replay_safety, aliased_arguments_retrace_as_one_input_or_are_refused) {
   EXPECT_NE(err.find("overlapping memory"), std::string::npos) << err;
 }
 
+// Three disjoint views of one buffer and one of another: the guards find,
+// per argument, the first earlier one on its storage (first_sharers), so
+// the same pattern replays and another one (the last view moved to the
+// first buffer, or the third to its own) traces anew.
+TEST(replay_safety, disjoint_views_of_one_buffer_are_guarded_by_their_first_sharer) {
+  const auto body = [](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+    sg::Tensor acc = sg::ops::mul_scalar(std::get<sg::Tensor>(a[0]), 1.0);
+    for (std::size_t i = 1; i < a.size(); ++i)
+      acc = sg::ops::add(sg::ops::mul_scalar(acc, 2.0), std::get<sg::Tensor>(a[i]));
+    return {acc};
+  };
+  sg::CompilerConfig c = reduce_overhead();
+  c.clone_output = true;
+  auto fn = sg::compile(body, sg::get_backend(c));
+  const auto call = [&](const sg::Tensor& w, const sg::Tensor& other, bool last_on_w) {
+    const std::vector<sg::Arg> args{
+        sg::ops::narrow(w, 0, 0, 2), sg::ops::narrow(other, 0, 0, 2), sg::ops::narrow(w, 0, 2, 2),
+        last_on_w ? sg::ops::narrow(w, 0, 4, 2) : sg::ops::narrow(other, 0, 2, 2)};
+    EXPECT_EQ((*fn)(args)[0].to_floats(), body(args)[0].to_floats());
+  };
+  call(sgtest::random_tensor({6}, 1), sgtest::random_tensor({4}, 2), true);
+  call(sgtest::random_tensor({6}, 3), sgtest::random_tensor({4}, 4), true);
+  EXPECT_EQ(fn->num_traces(), 1);
+  call(sgtest::random_tensor({6}, 5), sgtest::random_tensor({4}, 6), false);
+  EXPECT_EQ(fn->num_traces(), 2);
+  call(sgtest::random_tensor({6}, 7), sgtest::random_tensor({4}, 8), true);
+  EXPECT_EQ(fn->num_traces(), 2);
+}
+
 // Point 5c: a weight reassigned on the model object after tracing: the graph
 // kept the old tensor. Params are guarded on the model's own tensors.
 TEST(replay_safety, a_reassigned_weight_retraces) {
