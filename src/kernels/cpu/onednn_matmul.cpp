@@ -109,9 +109,12 @@ struct Job {
 // now keeps, per plan it ran recently, the four memory objects, and points
 // them at this block's buffers (set_data_handle: a pointer store for plain
 // layouts) before executing through the C API with a fixed array of
-// arguments. The entry holds the plan alive, so its address names it.
+// arguments. An entry holds its plan weakly, so that a thread's exit
+// destroys memory objects only, never a primitive; a plan is found by its
+// control block (owner comparison), which the weak reference keeps from
+// being reused by another plan.
 struct BoundPlan {
-  std::shared_ptr<const Plan> plan;
+  std::weak_ptr<const Plan> plan;
   memory x, w, out, pad;
 };
 constexpr std::size_t kBoundPlans = 16;  // per compute thread, replaced in turn
@@ -122,7 +125,7 @@ BoundPlan& bound_plan(const std::shared_ptr<const Plan>& plan) {
   thread_local std::vector<BoundPlan> bound(kBoundPlans);
   thread_local std::size_t next = 0;
   for (BoundPlan& b : bound) {
-    if (b.plan == plan) return b;
+    if (!b.plan.owner_before(plan) && !plan.owner_before(b.plan)) return b;
   }
   BoundPlan& b = bound[next];
   next = (next + 1) % kBoundPlans;
