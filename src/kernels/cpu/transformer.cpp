@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -82,6 +81,58 @@ void embedding(const ArgBlock& args, KernelContext& ctx) {
 
 namespace {
 
+// Note [Value rows in registers]
+// A query row's output is sum_j p[j] * v_j over its keys in order. sdpa's
+// row walk wrote it as a pass over the v rows that updated an accumulator
+// row in memory: every key's multiply-adds read what the previous key's had
+// just stored, one store-to-load chain per key, and a quarter of sdpa_rows'
+// samples sat on that one store at decode's 8-wide heads. It now weighs the
+// v rows as the decode attention does: eight columns at a time over all
+// keys, the sums in registers (vec::weighted_sum_8cols: the even and the odd
+// keys in two sets, added at the end), stored once. Per output element the
+// order of the fused multiply-adds (Note [Explicit fma]) is fixed by the
+// head size and the key count alone, so a row's result depends on nothing
+// but its own operands: not on the rows beside it, the batch, or the thread
+// count.
+
+// out[0, d) = sum over j < keys of p[j] * v[j * vstride + (0, d)], f32, unit
+// stride along d (Note [Value rows in registers]).
+void weigh_values_f32(const float* p, std::int64_t keys, const float* v, std::int64_t vstride,
+                      std::int64_t d, float* out) {
+  std::int64_t c = 0;
+  for (; c + vec::kLanes <= d; c += vec::kLanes) {
+    vec::weighted_sum_8cols(p, v + c, vstride, keys, out + c);
+  }
+  for (; c < d; ++c) {
+    float s = 0.0F;
+    for (std::int64_t j = 0; j < keys; ++j) s = std::fma(p[j], v[j * vstride + c], s);
+    out[c] = s;
+  }
+}
+
+// scores[j] = q . k_j * scale (+ mask[j * mask_stride]) for j < keys, f32
+// rows with unit stride along d (the decode attention's rows and sdpa's row
+// walk). Where d is a multiple of eight, eight keys at a time with one
+// transposing reduction (vec::dot_8rows), the keys past the last eight one
+// by one: which of the
+// two sums a key gets depends only on its index and the key count, so a
+// row's scores depend on nothing but its operands.
+void score_row_f32(const float* q, const float* k, std::int64_t kstride, std::int64_t keys,
+                   std::int64_t d, float scale, const float* mask, std::int64_t mask_stride,
+                   float* scores) {
+  std::int64_t j = 0;
+  if (d % vec::kLanes == 0) {
+    for (; j + vec::kLanes <= keys; j += vec::kLanes) {
+      vec::dot_8rows(q, k + j * kstride, kstride, d, scores + j);
+    }
+    for (std::int64_t i = 0; i < j; ++i) scores[i] *= scale;
+  }
+  for (; j < keys; ++j) scores[j] = vec::dot(q, k + j * kstride, d) * scale;
+  if (mask != nullptr) {
+    for (j = 0; j < keys; ++j) scores[j] += mask[j * mask_stride];
+  }
+}
+
 // One query row of one head against `visible` cached positions, f32 rows
 // with unit-stride head dims (the decode case), the inner loops vectorized
 // (Note [Vectorized inner loops]): scores q.k * scale, a max-subtracted
@@ -92,33 +143,13 @@ namespace {
 void attend_row_f32(const float* qrow, const float* kbase, std::int64_t kstride, const float* vbase,
                     std::int64_t vstride, std::int64_t visible, std::int64_t d, float scale,
                     float* scores, float* acc, float* orow) {
-  std::int64_t done = 0;  // positions scored eight at a time
-  if (d % vec::kLanes == 0) {
-    for (; done + vec::kLanes <= visible; done += vec::kLanes) {
-      vec::dot_8rows(qrow, kbase + done * kstride, kstride, d, scores + done);
-    }
-    for (std::int64_t i = 0; i < done; ++i) scores[i] *= scale;
-  }
-  for (std::int64_t i = done; i < visible; ++i)
-    scores[i] = vec::dot(qrow, kbase + i * kstride, d) * scale;
+  score_row_f32(qrow, kbase, kstride, visible, d, scale, nullptr, 0, scores);
   // The maximum in lanes: the same value as a sequential max (it is exact,
   // and vec::max skips NaN alike), without a chain of dependent compares.
   const float mx = vec::max(scores, visible);
   for (std::int64_t j = 0; j < visible; ++j) scores[j] = vec::exp(scores[j] - mx);
   const float sum = vec::sum(scores, visible);
-  if (d % vec::kLanes == 0) {
-    // Eight columns at a time over all rows, accumulated in registers.
-    for (std::int64_t c = 0; c < d; c += vec::kLanes) {
-      vec::weighted_sum_8cols(scores, vbase + c, vstride, visible, acc + c);
-    }
-  } else {
-    std::fill(acc, acc + d, 0.0F);
-    for (std::int64_t j = 0; j < visible; ++j) {
-      const float* vrow = vbase + j * vstride;
-      const float w = scores[j];
-      for (std::int64_t c = 0; c < d; ++c) acc[c] += w * vrow[c];
-    }
-  }
+  weigh_values_f32(scores, visible, vbase, vstride, d, acc);
   const float inv = 1.0F / sum;
   for (std::int64_t c = 0; c < d; ++c) orow[c] = acc[c] * inv;
 }
@@ -502,98 +533,6 @@ bool sdpa_products(const SdpaProblem& p, KernelContext& ctx, bool causal) {
   }
   // The switch turned off meanwhile (another thread): the row walk writes it all.
   return !declined.load(std::memory_order_relaxed);
-}
-
-// Note [Value rows in registers]
-// A query row's output is sum_j p[j] * v_j over its keys in order. Written as
-// a pass over the v rows that updated an accumulator row in memory, every
-// key's multiply-adds read what the previous key's had just stored: one
-// store-to-load chain per key, and a quarter of sdpa_rows' samples sat on
-// that one store at decode's 8-wide heads. The row's sums now stay in vector
-// registers across all keys, 32 floats per pass (four chains of multiply-adds
-// in flight; below 32 floats, the even and the odd keys in two sets of sums
-// added at the end), and are stored once. Per output element the order of the
-// fused multiply-adds (Note [Explicit fma]) is fixed by the head size and the
-// key count alone, so a row's result depends on nothing but its own
-// operands: not on the rows beside it in its block, the batch, or the thread
-// count.
-template <int kChunks>
-void weigh_values_chunks(const float* p, std::int64_t keys, const float* v, std::int64_t vstride,
-                         float* out) {
-  // Fewer than four chunks: the even and the odd keys in two sets of sums,
-  // added at the end, so that at least two chains are in flight.
-  constexpr int kSets = kChunks < 4 ? 2 : 1;
-  vec::F8 acc[kSets][kChunks] = {};
-  const auto step = [&](int set, std::int64_t j) {
-    const vec::F8 pj = vec::splat(p[j]);
-    const float* vr = v + j * vstride;
-#pragma GCC unroll 4
-    for (int c = 0; c < kChunks; ++c) {
-      vec::F8 x;
-      std::memcpy(&x, vr + c * vec::kLanes, sizeof x);
-      acc[set][c] = vec::fmadd(pj, x, acc[set][c]);
-    }
-  };
-  std::int64_t j = 0;
-  for (; j + kSets <= keys; j += kSets) {
-#pragma GCC unroll 2
-    for (int set = 0; set < kSets; ++set) step(set, j + set);
-  }
-  if (j < keys) step(0, j);
-  vec::F8 sum[kChunks];
-#pragma GCC unroll 4
-  for (int c = 0; c < kChunks; ++c) sum[c] = kSets == 2 ? acc[0][c] + acc[kSets - 1][c] : acc[0][c];
-  std::memcpy(out, sum, sizeof sum);
-}
-
-// out[0, d) = sum over j < keys of p[j] * v[j * vstride + (0, d)], f32, unit
-// stride along d.
-void weigh_values_f32(const float* p, std::int64_t keys, const float* v, std::int64_t vstride,
-                      std::int64_t d, float* out) {
-  constexpr std::int64_t kPass = 4 * vec::kLanes;
-  std::int64_t c0 = 0;
-  for (; c0 + kPass <= d; c0 += kPass) weigh_values_chunks<4>(p, keys, v + c0, vstride, out + c0);
-  switch ((d - c0) / vec::kLanes) {
-    case 3:
-      weigh_values_chunks<3>(p, keys, v + c0, vstride, out + c0);
-      break;
-    case 2:
-      weigh_values_chunks<2>(p, keys, v + c0, vstride, out + c0);
-      break;
-    case 1:
-      weigh_values_chunks<1>(p, keys, v + c0, vstride, out + c0);
-      break;
-    default:
-      break;
-  }
-  c0 += (d - c0) / vec::kLanes * vec::kLanes;
-  for (; c0 < d; ++c0) {
-    float s = 0.0F;
-    for (std::int64_t j = 0; j < keys; ++j) s = std::fma(p[j], v[j * vstride + c0], s);
-    out[c0] = s;
-  }
-}
-
-// scores[j] = q . k_j * scale (+ mask[j * mask_stride]) for j < keys, f32
-// rows with unit stride along d. Where d is a multiple of eight, eight keys
-// at a time with one transposing reduction (vec::dot_8rows, as the decode
-// attention's rows), the keys past the last eight one by one: which of the
-// two sums a key gets depends only on its index and the key count, so a
-// row's scores depend on nothing but its operands.
-void score_row_f32(const float* q, const float* k, std::int64_t kstride, std::int64_t keys,
-                   std::int64_t d, float scale, const float* mask, std::int64_t mask_stride,
-                   float* scores) {
-  std::int64_t j = 0;
-  if (d % vec::kLanes == 0) {
-    for (; j + vec::kLanes <= keys; j += vec::kLanes) {
-      vec::dot_8rows(q, k + j * kstride, kstride, d, scores + j);
-    }
-    for (std::int64_t i = 0; i < j; ++i) scores[i] *= scale;
-  }
-  for (; j < keys; ++j) scores[j] = vec::dot(q, k + j * kstride, d) * scale;
-  if (mask != nullptr) {
-    for (j = 0; j < keys; ++j) scores[j] += mask[j * mask_stride];
-  }
 }
 
 // `mask` null for none, else mask[B|1, H|1, L|1, S] added to the scaled
