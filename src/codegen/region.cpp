@@ -123,30 +123,6 @@ inline float sg_f16(const unsigned char* p) {
   if (e == 31) f = __builtin_bit_cast(float, 0x7F800000u | (m << 13));
   return (h & 0x8000u) != 0 ? -f : f;
 }
-// A block's 32 values as four vectors. Widened through an array, which GCC
-// vectorizes (sign or zero extension, then one conversion per 8 lanes);
-// __builtin_convertvector from 8 chars to 8 floats came out as 8 scalar
-// conversions, and made stories260K's quantized decode step 4x slower.
-struct sg_q32 {
-  sg_v8 v[4];
-};
-inline sg_q32 sg_q8_0(const unsigned char* p) {
-  float f[32];
-  for (int j = 0; j < 32; ++j) f[j] = static_cast<float>(static_cast<signed char>(p[j]));
-  sg_q32 r;
-  __builtin_memcpy(&r, f, sizeof f);
-  return r;
-}
-inline sg_q32 sg_q4_0(const unsigned char* p) {
-  float f[32];
-  for (int j = 0; j < 16; ++j) {
-    f[j] = static_cast<float>((p[j] & 15) - 8);
-    f[j + 16] = static_cast<float>((p[j] >> 4) - 8);
-  }
-  sg_q32 r;
-  __builtin_memcpy(&r, f, sizeof f);
-  return r;
-}
 }  // namespace
 #define SG_FAIL(...) do { std::snprintf(err, static_cast<std::size_t>(errlen), __VA_ARGS__); return 1; } while (0)
 )";
@@ -182,6 +158,66 @@ void sg_parallel_for(const sg_pool* pool, long long n, long long grain, const F&
     (*j.f)(begin, begin + j.step < j.n ? begin + j.step : j.n);
   }, &job);
 }
+}  // namespace
+)";
+
+// Quantized blocks' values, appended to a region's prelude only when its code
+// widens blocks (linear_q): <immintrin.h> with -march=native costs about 0.6 s
+// of every compile that includes it.
+constexpr const char* kQuantPrelude = R"(#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+namespace {
+// A block's 32 values as four vectors. With AVX2, each 8 bytes are sign or
+// zero extended from memory and converted, as the kernel does (Note [Blocks
+// widened from memory] in quant.h): widened through an array instead, a
+// Q4_0 block took 21-36 ns on an AVX2 machine (the scalar stores of the
+// array, then vector loads of it) against 3.1. Without AVX2, through the
+// array, which GCC vectorizes there (__builtin_convertvector from 8 chars to
+// 8 floats came out as 8 scalar conversions, and made stories260K's
+// quantized decode step 4x slower).
+struct sg_q32 {
+  sg_v8 v[4];
+};
+#if defined(__AVX2__)
+inline sg_v8 sg_widen8(__m256i q) { return (sg_v8)_mm256_cvtepi32_ps(q); }
+inline __m128i sg_bytes8(const unsigned char* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
+inline sg_q32 sg_q8_0(const unsigned char* p) {
+  sg_q32 r;
+  for (int i = 0; i < 4; ++i) r.v[i] = sg_widen8(_mm256_cvtepi8_epi32(sg_bytes8(p + 8 * i)));
+  return r;
+}
+inline sg_q32 sg_q4_0(const unsigned char* p) {
+  sg_q32 r;
+  const __m256i nibble = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+  for (int i = 0; i < 2; ++i) {  // byte j: value j (low nibble) and j + 16 (high)
+    const __m256i b = _mm256_cvtepu8_epi32(sg_bytes8(p + 8 * i));
+    r.v[i] = sg_widen8(_mm256_sub_epi32(_mm256_and_si256(b, nibble), eight));
+    r.v[i + 2] = sg_widen8(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight));
+  }
+  return r;
+}
+#else
+inline sg_q32 sg_q8_0(const unsigned char* p) {
+  float f[32];
+  for (int j = 0; j < 32; ++j) f[j] = static_cast<float>(static_cast<signed char>(p[j]));
+  sg_q32 r;
+  __builtin_memcpy(&r, f, sizeof f);
+  return r;
+}
+inline sg_q32 sg_q4_0(const unsigned char* p) {
+  float f[32];
+  for (int j = 0; j < 16; ++j) {
+    f[j] = static_cast<float>((p[j] & 15) - 8);
+    f[j + 16] = static_cast<float>((p[j] >> 4) - 8);
+  }
+  sg_q32 r;
+  __builtin_memcpy(&r, f, sizeof f);
+  return r;
+}
+#endif
 }  // namespace
 )";
 
@@ -360,7 +396,8 @@ void RegionBuilder::fallback(const std::string& why) {
 void RegionBuilder::flush(Stream& stream) {
   if (pending_.empty()) return;
   const int index = regions_++;
-  const std::string source = prelude() +
+  const bool widens_blocks = body_.find("sg_q32") != std::string::npos;
+  const std::string source = prelude() + (widens_blocks ? kQuantPrelude : "") +
                              "extern \"C\" __attribute__((visibility(\"default\"))) int "
                              "sg_region(void* const* p, const long long* s, char* err, int errlen, "
                              "const sg_pool* pool) "

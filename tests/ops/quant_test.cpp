@@ -148,7 +148,7 @@ TEST_P(QuantLinear, vector_and_portable_paths_agree_and_rows_do_not_depend_on_th
   EXPECT_EQ(other, all);
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // The vector path's widened blocks (Q4_0 through its table, Note [Q4_0
 // through a table]) are bitwise the dequantizer's d * q, for every byte
 // value and many scales, subnormal ones included.
@@ -166,12 +166,18 @@ TEST_P(QuantLinear, widened_blocks_are_the_dequantizers_values_bitwise) {
       block[static_cast<std::size_t>(j)] = static_cast<std::uint8_t>((trial + j * 37) ^ rng());
     float want[32];
     quant::dequantize_block(kf, block.data(), want);
+    float got[32];
+#if defined(__AVX512F__)
     __m512 lo;
     __m512 hi;
     quant::widen_block(kf, block.data(), lo, hi);
-    float got[32];
     _mm512_storeu_ps(got, lo);
     _mm512_storeu_ps(got + 16, hi);
+#else  // Note [Quantized blocks in eight lanes]
+    __m256 v[4];
+    quant::widen_block(kf, block.data(), v);
+    for (std::ptrdiff_t i = 0; i < 4; ++i) _mm256_storeu_ps(got + 8 * i, v[i]);
+#endif
     ASSERT_EQ(std::memcmp(got, want, sizeof got), 0)
         << "trial " << trial << ", scale 0x" << std::hex << d;
   }
