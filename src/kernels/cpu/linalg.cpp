@@ -283,9 +283,6 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
           });
         }
       }
-      if (m == 1 && k % (2 * vec::kLanes) == 0) {  // Note [Prefetching a streamed weight]
-        for (; r + 2 <= end; r += 2) vec::dot_rows_streamed<2>(w + r * ldw, ldw, x, k, out + r);
-      }
       for (; r < end; ++r) {
         by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
           vec::dot_rows<R, true>(w + r * ldw, xs, k, os);

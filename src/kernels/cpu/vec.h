@@ -140,21 +140,28 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 #if defined(__AVX512F__)
 // Note [Prefetching a streamed weight]
 // One row of a large f32 weight at a time is a single sequential stream,
-// and one stream did not keep enough reads in flight: the hardware
-// prefetcher does not follow it across a 4 KiB page, and a 1.1B-shape row
-// is 8 KiB. Each step therefore prefetches the line 4 KiB ahead (one page;
-// the quantized kernels' Note [Prefetching a row of blocks] is the same
-// idea), and a single row of x walks two weight rows at once
-// (dot_rows_streamed<2>): two streams, each prefetched. On the 1.1B shape
-// (24 steps; this VM's speed drifts by about 10% over minutes, so only
-// runs interleaved with each other compare): one row without a prefetch,
-// 3.0-3.2 tokens/s on 1 thread and 4.8-5.8 on 2; one row prefetched 4 KiB
-// ahead, 3.55-3.65 and 5.5-6.5 (512 bytes ahead 3.1-3.35, 2 KiB 3.3-3.45,
-// 8 KiB 3.5-3.6 on 1 thread; the T1 and T2 hints the same, NTA 2.3-2.5).
-// Then, in three interleaved rounds, one row prefetched against two rows:
-// 3.34-3.59 against 3.24-3.68 on 1 thread (the same), 6.33-6.67 against
-// 6.63-7.05 on 2. Two rows with only the first prefetched gave 3.1-3.4;
-// four rows 3.7 and 6.5-7.0, eight 3.3-3.5 and 6.4-6.6.
+// and on the Intel VM one stream did not keep enough reads in flight: the
+// hardware prefetcher does not follow it across a 4 KiB page, and a
+// 1.1B-shape row is 8 KiB. Each step therefore prefetches the line 4 KiB
+// ahead (one page; the quantized kernels' Note [Prefetching a row of
+// blocks] is the same idea). On the 1.1B shape there (24 steps; that VM's
+// speed drifted by about 10% over minutes, so only runs interleaved with
+// each other compare): no prefetch, 3.0-3.2 tokens/s on 1 thread and
+// 4.8-5.8 on 2; prefetched 4 KiB ahead, 3.55-3.65 and 5.5-6.5 (512 bytes
+// ahead 3.1-3.35, 2 KiB 3.3-3.45, 8 KiB 3.5-3.6 on 1 thread; the T1 and T2
+// hints the same, NTA 2.3-2.5).
+//
+// Walking two weight rows at once for a single row of x (two streams 8 KiB
+// apart, each prefetched) was the path for a while: on the Intel VM it
+// equalled one row on 1 thread (3.24-3.68 against 3.34-3.59) and gained a
+// little on 2 (6.63-7.05 against 6.33-6.67). On an AMD EPYC VM with
+// AVX-512 it halved the stream: summing 1.1 GB of 8 KiB rows, one row at a
+// time read 30-31 GB/s with or without the prefetch, two at a time 16-17
+// (two 8 KiB apart prefetched 8 KiB ahead 22, four 20-23, eight 23); that
+// VM's plain read bandwidth is 28 GB/s. The 1.1B decode there, alternated
+// over three rounds, the same ids: 3.78-4.05 -> 4.89-5.01 tokens/s on 1
+// thread and 5.71-5.76 -> 6.25-6.38 on 2 with one row at a time, which is
+// the path now.
 inline constexpr std::int64_t kStreamPrefetchBytes = 4096;
 #endif
 template <int R, bool kPrefetch = false>
@@ -205,46 +212,6 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
     for (std::int64_t t = i; t < n; ++t) s = std::fma(a[t], b[j][t], s);
     *out[j] = s;
   }
-}
-
-// out[r] = dot(w + r * ldw, x) for W weight rows streaming from memory
-// (Note [Prefetching a streamed weight]), each prefetched
-// kStreamPrefetchBytes ahead, x read once for all W: each sum bitwise
-// dot_rows<1>'s (the same 16-float chunks into one register, then its
-// halves), so a row's result does not depend on the path. n must be a
-// multiple of 16 (no tails) on AVX-512; elsewhere it is W dot_rows calls.
-template <int W>
-inline void dot_rows_streamed(const float* w, std::int64_t ldw, const float* x, std::int64_t n,
-                              float* out) {
-#if defined(__AVX512F__)
-  __m512 pq[W];
-#pragma GCC unroll 8
-  for (int r = 0; r < W; ++r) pq[r] = _mm512_setzero_ps();
-  for (std::int64_t i = 0; i + 2 * kLanes <= n; i += 2 * kLanes) {
-#pragma GCC unroll 8
-    for (int r = 0; r < W; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * ldw + i) + kStreamPrefetchBytes,
-                   _MM_HINT_T0);
-    }
-    const __m512 vx = _mm512_loadu_ps(x + i);
-#pragma GCC unroll 8
-    for (int r = 0; r < W; ++r)
-      pq[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + r * ldw + i), vx, pq[r]);
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < W; ++r) {
-    F8 p, q;
-    split_halves(pq[r], p, q);
-    const F8 acc = p + q;
-    out[r] = SG_LANE_SUM(acc);
-  }
-#else
-  const float* xs[1] = {x};
-  for (int r = 0; r < W; ++r) {
-    float* o[1] = {out + r};
-    dot_rows<1>(w + r * ldw, xs, n, o);
-  }
-#endif
 }
 
 // out[j][r] = dot(w + r * ldw, x[j]) for four weight rows r and R vectors
