@@ -66,6 +66,23 @@ int fail(int code) {
   return code;
 }
 
+// CLI11 reports a flag given twice as "At Most 1 required but received 2":
+// true, but it names neither the repetition nor the values. This names both,
+// as typed, or returns "" where no option of a parsed command was repeated.
+std::string repeated_flag(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() < 2 || opt->get_expected_max() != 1) continue;
+      std::string values;
+      for (const std::string& v : opt->results())
+        values += (values.empty() ? "'" : ", '") + v + "'";
+      return opt->get_name() + " is given " + std::to_string(opt->count()) + " times (" + values +
+             "); give it once";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,6 +110,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     // One line, as every other error (CLI11's own adds a second, "Run with --help").
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+      if (const std::string repeated = repeated_flag(app); !repeated.empty()) {
+        std::fprintf(stderr, "error: %s\n", one_line(repeated).c_str());
+        return 2;
+      }
+    }
     std::fprintf(stderr, "error: %s (see --help)\n", one_line(e.what()).c_str());
     return 2;
   } catch (const sinkgraph::tools::SameOnEveryRank& e) {

@@ -437,6 +437,9 @@ for flag in --dump-logits --trace --prompts-file --capture-sizes --graph-memory-
   --temperature --steps; do
   value_case "empty$flag" "$flag: the value is empty (leave the flag out" -- generate "${m[@]}" "$flag" "" --steps 2
 done
+# A flag given twice names the repetition and both values, as typed.
+value_case repeated-steps "--steps is given 2 times ('3', '4'); give it once$" -- generate "${m[@]}" --steps 3 --steps 4
+value_case repeated-make-model "--dim is given 2 times ('8', '9')" -- make-model --dim 8 --dim 9 --out "$tmp/h/rep.bin"
 value_case empty-mode "--mode:  not in {eager,reduce-overhead,max-autotune}" -- generate "${m[@]}" --mode ""
 # Note [One line per error]: a control character in a quoted path is escaped.
 value_case path-newline 'a\\nb: cannot open the checkpoint' -- generate --model $'a\nb'
