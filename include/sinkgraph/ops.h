@@ -51,13 +51,14 @@ SG_API Tensor linear(const Tensor& x, const Tensor& w);
 // nibble value j + 16, value d * (nibble - 8); src/models/gguf.h). linear_q
 // and embedding_q read the blocks where they lie: no f32 copy of the matrix
 // is made, so a step reads 34 / 128 (Q8_0) or 18 / 128 (Q4_0) of an f32
-// weight's bytes. Activations stay f32: each block is widened to f32 in
-// registers (d * q, exactly what the dequantizer gives) and multiplied into
-// f32 sums, so linear_q(x, w) is x @ dequantize(w)^T up to the order of the
-// sums (it does not quantize x as llama.cpp does, and loses nothing to it).
-// Each row of x has its own sums, in the same order whatever the rows
-// around it, the block of rows or the thread count: a row's result is
-// bitwise the same in any batch.
+// weight's bytes. Each row of x is quantized per block of 32 to 8-bit
+// integers with an f32 scale, as llama.cpp does, and a weight block times an
+// activation block is an exact integer sum, scaled into f32 sums (Note
+// [Activations quantized per block] in src/kernels/cpu/quant.h): linear_q(x,
+// w) is x @ dequantize(w)^T within sum over blocks of (max |x| / 127) / 2 *
+// sum |w| of it, and NaN where x holds an inf or a NaN. Each row of x has its
+// own sums, in the same order whatever the rows around it, the block of rows
+// or the thread count: a row's result is bitwise the same in any batch.
 enum class QuantFormat : std::int64_t { q8_0 = 0, q4_0 = 1 };
 inline constexpr std::int64_t kQuantBlockValues = 32;
 // Bytes per block: 34 (q8_0), 18 (q4_0).

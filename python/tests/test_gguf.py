@@ -4,9 +4,13 @@ Files are written by ggml's own `gguf` package (its GGUFWriter and its
 quantizers, as llama.cpp's convert_hf_to_gguf.py uses them) from a small
 random transformers model; transformers reads the same file (it dequantizes
 Q8_0/Q4_0 with the same package's code) and its logits are the reference for
-sinkgraph's on the same tokens. Both compute in f32 over the same
-dequantized weights, so the tolerance is one of float arithmetic order, the
-same for every type (1e-4 of the largest logit); the ids must match too.
+sinkgraph's on the same tokens. For f32, f16 and bf16 both compute in f32
+over the same weights, so the tolerance is one of float arithmetic order
+(1e-4 of the largest logit) and the ids must match too. For Q8_0 and Q4_0
+our products quantize the activations per block, as llama.cpp's do, and
+transformers' do not: 5e-2 of the largest logit, and the ids where the
+reference's two best are further apart than twice that
+(check_against_transformers).
 
 The other direction: GGUF files sinkgraph writes are read by ggml's
 GGUFReader, their Q8_0/Q4_0 blocks are byte for byte what ggml's quantizers
@@ -106,7 +110,16 @@ def transformers_logits(path, tokens):
         return model(torch.tensor([tokens])).logits[0].numpy()
 
 
-def check_against_transformers(path, mode):
+def check_against_transformers(path, mode, quantized=False):
+    """Our logits against transformers' on the tokens we generate. Q8_0 and
+    Q4_0 products quantize the activations per block of 32 (Note
+    [Activations quantized per block]; transformers multiplies the decoded
+    weights in f32), which moves these 64-wide random models' logits by 1.5%
+    to 2.6% of the largest (measured in every mode, all three models): the
+    tolerance is 5e-2 of it for those types, and a position's
+    id must agree where transformers' two best logits lie further apart than
+    twice that. Other types differ only in the order of f32 sums: 1e-4, and
+    every id."""
     prompt = [1, 5, 7, 9]
     out = sinkgraph.Generator(str(path), mode=mode).generate(prompt, max_new_tokens=8,
                                                              keep_logits=True)
@@ -115,8 +128,12 @@ def check_against_transformers(path, mode):
     assert out.logits.shape == ref.shape
     scale = max(1.0, float(np.abs(ref).max()))
     diff = float(np.abs(out.logits - ref).max())
-    assert diff <= 1e-4 * scale, f"max |sinkgraph - transformers| = {diff} (largest logit {scale})"
-    assert out.ids == [int(i) for i in ref[len(prompt) - 1:].argmax(axis=1)]
+    tol = (5e-2 if quantized else 1e-4) * scale
+    assert diff <= tol, f"max |sinkgraph - transformers| = {diff} (largest logit {scale})"
+    for pos, row in enumerate(ref[len(prompt) - 1:]):
+        top2 = np.sort(row)[-2:]
+        if not quantized or top2[1] - top2[0] > 2 * tol:
+            assert out.ids[pos] == int(row.argmax()), (pos, diff, tol)
     return out.ids
 
 
@@ -125,14 +142,14 @@ def check_against_transformers(path, mode):
 def test_a_file_written_by_ggml_gives_the_logits_transformers_gives(tmp_path, arch, tied, qtype):
     path = tmp_path / "model.gguf"
     write_with_ggml(hf_model(arch, tied), arch, TYPES[qtype], path)
-    check_against_transformers(path, "reduce-overhead")
+    check_against_transformers(path, "reduce-overhead", qtype in ("q8_0", "q4_0"))
 
 
 @pytest.mark.parametrize("mode", ["eager", "max-autotune"])
 def test_every_mode_reads_a_q4_0_file_alike(tmp_path, mode):
     path = tmp_path / "model.gguf"
     write_with_ggml(hf_model("llama", False), "llama", GGMLQuantizationType.Q4_0, path)
-    check_against_transformers(path, mode)
+    check_against_transformers(path, mode, quantized=True)
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "f16"])
@@ -155,7 +172,7 @@ def test_our_files_are_what_ggml_writes_and_reads(tmp_path, qtype):
             mine = np.array(t.data).reshape(-1)
             theirs = quantize(f32[t.name], TYPES[qtype]).reshape(-1)
             np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8), t.name)
-    check_against_transformers(ours, "reduce-overhead")
+    check_against_transformers(ours, "reduce-overhead", qtype in ("q8_0", "q4_0"))
 
 
 def test_a_qwen2_model_written_by_us_loads_in_transformers(tmp_path):
@@ -164,7 +181,7 @@ def test_a_qwen2_model_written_by_us_loads_in_transformers(tmp_path):
     ours = tmp_path / "ours.gguf"
     sinkgraph.convert_checkpoint(source, ours, "gguf", "q8_0")
     assert GGUFReader(str(ours)).fields["general.architecture"].contents() == "qwen2"
-    check_against_transformers(ours, "reduce-overhead")
+    check_against_transformers(ours, "reduce-overhead", quantized=True)
 
 
 def test_a_gguf_round_trip_through_safetensors_keeps_the_ids(tmp_path):

@@ -407,13 +407,16 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
 }
 
 // linear_q(x[..., K], w[N, K/32 blocks], format) (Note [Quantized weights]
-// in ops.h): per row of x, N dot products over the row of w's blocks, each
-// block's scale multiplied into its 32 widened values (the prelude's
-// sg_q8_0 or sg_q4_0) and into four 8-lane sums; the sums combine as
-// the kernel's halves do (quant::dot_rows). The same bounds as an f32
-// linear: a few rows of x, and a weight that does not stream (past
+// in ops.h): per row of x, its blocks quantized to 8 bits (the prelude's
+// sg_quantize32) onto the stack, then N dot products, each the prelude's
+// sg_dot_q: the kernel's quantizer and integer sums (Note [Activations
+// quantized per block] in quant.h), so the same bits. The same bounds as an
+// f32 linear: a few rows of x, and a weight that does not stream (past
 // kStreamedWeightBytes the kernel, which prefetches a row of blocks ahead,
 // reads it faster), so stories260K's quantized decode step stays one region.
+// A row of more than kMaxQuantizedRow values stays with the kernel rather
+// than on a worker's stack.
+constexpr std::int64_t kMaxQuantizedRow = 65536;
 bool emit_linear_q(const EmitArgs& a, std::string& out) {
   const EmitTensor& x = a.inputs[0];
   const EmitTensor& w = a.inputs[1];
@@ -429,27 +432,22 @@ bool emit_linear_q(const EmitArgs& a, std::string& out) {
   const std::int64_t n = w.shape[0], blocks = w.shape[1] / bb, k = blocks * quant::kBlock;
   std::int64_t rows = 1;
   for (int d = 0; d < nd - 1; ++d) rows *= x.shape[d];
-  if (rows > kMaxLinearRows || n * w.shape[1] > kernels::kStreamedWeightBytes) return false;
+  if (rows > kMaxLinearRows || n * w.shape[1] > kernels::kStreamedWeightBytes ||
+      k > kMaxQuantizedRow)
+    return false;
   auto lead = [&](const EmitTensor& t) { return row_offset(t, nd); };
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
                      o.ptr, lead(o));
-  const LoopNest loop = parallel_loops(Shape{n}, "n", 0, 1, k);  // output rows, split
-  out += loop.open + "const long long n = n0;\n";
-  out += fmt::format("const unsigned char* wr = {} + n * {};\n", w.ptr, i64(w.strides[0]));
-  out += "sg_v8 a0 = {}, a1 = {}, a2 = {}, a3 = {};\n";
-  out += fmt::format("for (long long b = 0; b < {}; ++b) {{\n", i64(blocks));
   out += fmt::format(
-      "const unsigned char* blk = wr + b * {};\nconst float d = sg_f16(blk);\n"
-      "const float* xb = xr + b * 32;\n",
-      i64(bb));
-  out += fmt::format("const sg_q32 q = {}(blk + 2);\n",
-                     format == quant::Format::q8_0 ? "sg_q8_0" : "sg_q4_0");
-  out +=
-      "a0 += sg_load8(xb) * (d * q.v[0]);\na1 += sg_load8(xb + 8) * (d * q.v[1]);\n"
-      "a2 += sg_load8(xb + 16) * (d * q.v[2]);\na3 += sg_load8(xb + 24) * (d * q.v[3]);\n";
-  out += "}\n";
-  out += fmt::format("orow[n * {}] = sg_hsum8((a0 + a2) + (a1 + a3));\n", i64(o.strides[nd - 1]));
+      "signed char xq[{0}];\nfloat xd[{1}];\n"
+      "for (long long b = 0; b < {1}; ++b) sg_quantize32(xr + b * 32, xq + b * 32, xd + b);\n",
+      i64(k), i64(blocks));
+  const LoopNest loop = parallel_loops(Shape{n}, "n", 0, 1, k);  // output rows, split
+  out += loop.open;
+  out += fmt::format("orow[n0 * {}] = sg_dot_q<{}>({} + n0 * {}, {}, xq, xd);\n",
+                     i64(o.strides[nd - 1]), format == quant::Format::q8_0 ? 0 : 1, w.ptr,
+                     i64(w.strides[0]), i64(blocks));
   out += loop.close;
   out += close_loops(nd - 1) + "}\n";
   return true;

@@ -113,7 +113,7 @@ inline float sg_hsum8(sg_v8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2]
 // Quantized weights (Note [Quantized weights] in ops.h): a block's f16 scale
 // as f32, exact, by its bits, with no subnormal f32 on the way (a
 // flush-to-zero mode cannot change it). F16C's one instruction measured the
-// same in a stories260K-sized product: the widening below is what costs.
+// same in a stories260K-sized product.
 inline float sg_f16(const unsigned char* p) {
   unsigned short h;
   __builtin_memcpy(&h, p, 2);
@@ -161,64 +161,86 @@ void sg_parallel_for(const sg_pool* pool, long long n, long long grain, const F&
 }  // namespace
 )";
 
-// Quantized blocks' values, appended to a region's prelude only when its code
-// widens blocks (linear_q): <immintrin.h> with -march=native costs about 0.6 s
-// of every compile that includes it.
-constexpr const char* kQuantPrelude = R"(#if defined(__AVX2__)
+// Quantized products (Note [Activations quantized per block] in
+// src/kernels/cpu/quant.h): the kernel's quantizer and sums, so a generated
+// linear_q gives the kernel's bits. They are compiled without
+// -fassociative-math (the pragma below): with it, GCC reordered their float
+// arithmetic and a generated product differed from the kernel's in the last
+// bits (tests/codegen/codegen_test.cpp checks them bitwise). Appended to a
+// region's prelude only when its code calls sg_dot_q: <immintrin.h> with
+// -march=native costs about 0.6 s of every compile that includes it.
+constexpr const char* kQuantPrelude = R"(#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
+#pragma GCC push_options
+#pragma GCC optimize("no-associative-math")
 namespace {
-// A block's 32 values as four vectors. With AVX2, each 8 bytes are sign or
-// zero extended from memory and converted, as the kernel does (Note [Blocks
-// widened from memory] in quant.h): widened through an array instead, a
-// Q4_0 block took 21-36 ns on an AVX2 machine (the scalar stores of the
-// array, then vector loads of it) against 3.1. Without AVX2, through the
-// array, which GCC vectorizes there (__builtin_convertvector from 8 chars to
-// 8 floats came out as 8 scalar conversions, and made stories260K's
-// quantized decode step 4x slower).
-struct sg_q32 {
-  sg_v8 v[4];
-};
-#if defined(__AVX2__)
-inline sg_v8 sg_widen8(__m256i q) { return (sg_v8)_mm256_cvtepi32_ps(q); }
-inline __m128i sg_bytes8(const unsigned char* p) {
-  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-}
-inline sg_q32 sg_q8_0(const unsigned char* p) {
-  sg_q32 r;
-  for (int i = 0; i < 4; ++i) r.v[i] = sg_widen8(_mm256_cvtepi8_epi32(sg_bytes8(p + 8 * i)));
-  return r;
-}
-inline sg_q32 sg_q4_0(const unsigned char* p) {
-  sg_q32 r;
-  const __m256i nibble = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
-  for (int i = 0; i < 2; ++i) {  // byte j: value j (low nibble) and j + 16 (high)
-    const __m256i b = _mm256_cvtepu8_epi32(sg_bytes8(p + 8 * i));
-    r.v[i] = sg_widen8(_mm256_sub_epi32(_mm256_and_si256(b, nibble), eight));
-    r.v[i + 2] = sg_widen8(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), eight));
+inline void sg_quantize32(const float* x, signed char* q, float* d) {
+  float amax = 0.0f;
+  int finite = 1;
+  for (int j = 0; j < 32; ++j) {
+    const float a = __builtin_fabsf(x[j]);
+    finite &= static_cast<int>(a <= 3.40282347e+38f);
+    amax = a > amax ? a : amax;
   }
-  return r;
+  if (finite == 0 || amax < 0x1p-100f) {
+    *d = finite == 0 ? __builtin_nanf("") : 0.0f;
+    for (int j = 0; j < 32; ++j) q[j] = 0;
+    return;
+  }
+  *d = amax / 127.0f;
+  const float id = 127.0f / amax;
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<signed char>(static_cast<int>(__builtin_nearbyintf(x[j] * id)));
 }
+// x . w over `blocks` blocks of format F (0: Q8_0, 1: Q4_0).
+template <int F>
+inline float sg_dot_q(const unsigned char* w, long long blocks, const signed char* xq, const float* xd) {
+  const long long bb = F == 0 ? 34 : 18;
+  float l[8] = {};
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc = _mm256_setzero_ps();
+  for (long long b = 0; b < blocks; ++b) {
+    const unsigned char* blk = w + b * bb;
+    __m256i v;
+    if (F == 0) {
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    } else {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m128i nibble = _mm_set1_epi8(0x0F);
+      v = _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble)), _mm256_set1_epi8(8));
+    }
+    const __m256i av = _mm256_sign_epi8(v, v);
+    const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b)), v);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), av, sx);
+#elif defined(__AVXVNNI__)
+    const __m256i sums = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), av, sx);
 #else
-inline sg_q32 sg_q8_0(const unsigned char* p) {
-  float f[32];
-  for (int j = 0; j < 32; ++j) f[j] = static_cast<float>(static_cast<signed char>(p[j]));
-  sg_q32 r;
-  __builtin_memcpy(&r, f, sizeof f);
-  return r;
-}
-inline sg_q32 sg_q4_0(const unsigned char* p) {
-  float f[32];
-  for (int j = 0; j < 16; ++j) {
-    f[j] = static_cast<float>((p[j] & 15) - 8);
-    f[j + 16] = static_cast<float>((p[j] >> 4) - 8);
-  }
-  sg_q32 r;
-  __builtin_memcpy(&r, f, sizeof f);
-  return r;
-}
+    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(av, sx), _mm256_set1_epi16(1));
 #endif
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(sg_f16(blk) * xd[b]), acc);
+  }
+  _mm256_storeu_ps(l, acc);
+#else
+  for (long long b = 0; b < blocks; ++b) {
+    const unsigned char* blk = w + b * bb;
+    signed char v[32];
+    for (int j = 0; j < 32; ++j) {
+      if (F == 0) v[j] = static_cast<signed char>(blk[2 + j]);
+      else v[j] = static_cast<signed char>(j < 16 ? (blk[2 + j] & 15) - 8 : (blk[2 + j - 16] >> 4) - 8);
+    }
+    const float d = sg_f16(blk) * xd[b];
+    for (int i = 0; i < 8; ++i) {
+      int s = 0;
+      for (int j = 4 * i; j < 4 * i + 4; ++j) s += v[j] * xq[32 * b + j];
+      l[i] = __builtin_fmaf(static_cast<float>(s), d, l[i]);
+    }
+  }
+#endif
+  return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
 }  // namespace
+#pragma GCC pop_options
 )";
 
 // The whole prelude of a region's source.
@@ -396,8 +418,8 @@ void RegionBuilder::fallback(const std::string& why) {
 void RegionBuilder::flush(Stream& stream) {
   if (pending_.empty()) return;
   const int index = regions_++;
-  const bool widens_blocks = body_.find("sg_q32") != std::string::npos;
-  const std::string source = prelude() + (widens_blocks ? kQuantPrelude : "") +
+  const bool quantized = body_.find("sg_dot_q") != std::string::npos;
+  const std::string source = prelude() + (quantized ? kQuantPrelude : "") +
                              "extern \"C\" __attribute__((visibility(\"default\"))) int "
                              "sg_region(void* const* p, const long long* s, char* err, int errlen, "
                              "const sg_pool* pool) "

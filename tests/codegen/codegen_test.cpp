@@ -245,6 +245,26 @@ TEST_F(CodegenTest, quantized_linear_and_embedding_in_one_region) {
   }
 }
 
+// A generated linear_q alone is the kernel's bits (Note [Activations
+// quantized per block]: the prelude's sg_quantize32 and sg_dot_q are the
+// kernel's quantizer and sums), for an even and an odd number of blocks and
+// 1 to 4 rows of x.
+TEST_F(CodegenTest, generated_quantized_products_are_the_kernels_bits) {
+  for (const auto f : {sg::ops::QuantFormat::q8_0, sg::ops::QuantFormat::q4_0}) {
+    for (const std::int64_t k : {96, 128}) {
+      SCOPED_TRACE(std::string(sg::ops::quant_format_name(f)) + ", k " + std::to_string(k));
+      const sg::Tensor w = quantized(f, 45, k, 31);
+      const Fn fn = [&](std::span<const sg::Arg> a) -> std::vector<sg::Tensor> {
+        return {sg::ops::linear_q(std::get<sg::Tensor>(a[0]), w, f)};
+      };
+      for (const std::int64_t rows : {1, 2, 3, 4}) {
+        auto c = check(fn, {{rnd({rows, k}, static_cast<std::uint32_t>(rows + k))}}, 0.0F);
+        EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
+      }
+    }
+  }
+}
+
 // Every f16 bit pattern as a Q8_0 block's scale, times q = 1: the generated
 // decoding (the prelude's sg_f16: normal, subnormal, zero, inf, NaN, both
 // signs) gives the library's f16_to_f32 bitwise, NaN for NaN.

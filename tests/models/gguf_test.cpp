@@ -261,12 +261,14 @@ TEST(models_gguf, quantized_weights_are_computed_on_in_place_in_every_mode) {
     // A quarter (Q8_0: 34 of 128 bytes) or less of the f32 weights; the
     // norms stay f32.
     EXPECT_LT(loaded.weight_bytes() * (q8 ? 3 : 6), m.weight_bytes());
-    // The logits are those of the decoded weights, up to the order of sums.
+    // The logits are those of the decoded weights, up to the activations'
+    // 8-bit blocks (Note [Activations quantized per block]): 1.1% (Q8_0) and
+    // 0.9% (Q4_0) of the largest logit here, through two layers.
     const std::vector<float> got = logits(loaded);
     const std::vector<float> want = logits(sg::models::dequantize_model(loaded));
     float scale = 0;
     for (const float v : want) scale = std::max(scale, std::fabs(v));
-    expect_close(got, want, 1e-5F * std::max(1.0F, scale));
+    expect_close(got, want, 3e-2F * std::max(1.0F, scale));
     // Every mode computes the same ids from the blocks.
     const auto eager = ids(loaded, sg::Mode::eager);
     EXPECT_EQ(ids(loaded, sg::Mode::reduce_overhead), eager);

@@ -29,9 +29,11 @@ std::int64_t row_offset(const TensorArg& t, std::int64_t i) {
 }  // namespace
 
 // Every row of x against every row of w; the rows of w are split across the
-// compute threads, each read once for up to four rows of x at a time. Rows
-// of x or out whose values are not adjacent (a transposed view) are
-// gathered into (or scattered from) contiguous copies first.
+// compute threads, each read once for up to four rows of x at a time. The
+// rows of x are quantized first, once for all threads (Note [Activations
+// quantized per block] in quant.h); rows of x or out whose values are not
+// adjacent (a transposed view) are gathered into (or scattered from)
+// contiguous copies.
 void linear_q(const ArgBlock& args, KernelContext& ctx) {
   const TensorArg& x = args.tensors[0];
   const TensorArg& w = args.tensors[1];
@@ -47,22 +49,26 @@ void linear_q(const ArgBlock& args, KernelContext& ctx) {
   if (m == 0 || n == 0) return;
   const auto* xd = static_cast<const float*>(x.data);
   auto* od = static_cast<float*>(out.data);
-  std::vector<const float*> xs(static_cast<std::size_t>(m));
+  std::vector<std::int8_t> xq(static_cast<std::size_t>(m * k));
+  std::vector<float> xs(static_cast<std::size_t>(m * blocks));  // the blocks' scales
+  std::vector<quant::QuantizedRow> rows(static_cast<std::size_t>(m));
   std::vector<float*> os(static_cast<std::size_t>(m));
   std::vector<float> x_copy;
   std::vector<float> out_copy;
   const std::int64_t xk = x.strides[x.ndim - 1];
   const std::int64_t ok = out.strides[out.ndim - 1];
-  if (xk != 1) x_copy.resize(static_cast<std::size_t>(m * k));
+  if (xk != 1) x_copy.resize(static_cast<std::size_t>(k));
   if (ok != 1) out_copy.resize(static_cast<std::size_t>(m * n));
   for (std::int64_t i = 0; i < m; ++i) {
     const float* row = xd + row_offset(x, i);
     if (xk != 1) {
-      float* dst = x_copy.data() + i * k;
-      for (std::int64_t j = 0; j < k; ++j) dst[j] = row[j * xk];
-      row = dst;
+      for (std::int64_t j = 0; j < k; ++j) x_copy[static_cast<std::size_t>(j)] = row[j * xk];
+      row = x_copy.data();
     }
-    xs[static_cast<std::size_t>(i)] = row;
+    std::int8_t* q = xq.data() + i * k;
+    float* d = xs.data() + i * blocks;
+    quant::quantize_row(row, k, q, d);
+    rows[static_cast<std::size_t>(i)] = {q, d};
     os[static_cast<std::size_t>(i)] = ok != 1 ? out_copy.data() + i * n : od + row_offset(out, i);
   }
   const auto* pw = static_cast<const std::uint8_t*>(w.data) + w.offset;
@@ -71,13 +77,9 @@ void linear_q(const ArgBlock& args, KernelContext& ctx) {
       const std::uint8_t* row = pw + r * w.strides[0];
       std::int64_t i = 0;
       const auto block = [&]<int R>() {
-        const float* x_rows[R];
         float* o_rows[R];
-        for (int j = 0; j < R; ++j) {
-          x_rows[j] = xs[static_cast<std::size_t>(i + j)];
-          o_rows[j] = os[static_cast<std::size_t>(i + j)] + r;
-        }
-        quant::dot_rows<R>(format, row, blocks, x_rows, o_rows);
+        for (int j = 0; j < R; ++j) o_rows[j] = os[static_cast<std::size_t>(i + j)] + r;
+        quant::dot_rows<R>(format, row, blocks, rows.data() + i, o_rows);
         i += R;
       };
       while (i + 4 <= m) block.template operator()<4>();

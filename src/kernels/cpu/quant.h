@@ -1,13 +1,16 @@
 #pragma once
 // Products with quantized weights (Note [Quantized weights] in
-// include/sinkgraph/ops.h): one block of 32 values is widened to f32 in
-// registers and multiplied into each row's sums. Inline, so that the tests
-// (tests/ops/quant_test.cpp) run the vector path and the portable one
-// against a naive reference.
+// include/sinkgraph/ops.h): each row of x is quantized per block of 32 to
+// 8-bit integers, and a weight block and an activation block give exact
+// integer sums, scaled into f32 sums (Note [Activations quantized per
+// block]). Inline, so that the tests (tests/ops/quant_test.cpp) run the
+// vector path and the portable one against a naive reference.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
+#include <limits>
+#if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -52,177 +55,176 @@ inline void dequantize_block(Format format, const std::uint8_t* block, float* ou
   }
 }
 
-// Portable: out[r] = sum over blocks b, in order, of the block's 32
-// products x[r][32b + j] * w[j] summed j = 0..31 in order.
-template <int R>
-inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t blocks,
-                              const float* const* x, float* const* out) {
-  const std::int64_t bb = block_bytes(format);
-  float acc[R] = {};
-  float v[kBlock];
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    dequantize_block(format, w + b * bb, v);
-    for (int r = 0; r < R; ++r) {
-      float s = 0;
-      for (std::int64_t j = 0; j < kBlock; ++j) s += x[r][b * kBlock + j] * v[j];
-      acc[r] += s;
-    }
+// Note [Activations quantized per block]
+// linear_q quantizes each row of x per block of 32 values, as llama.cpp does
+// for its Q8_0 and Q4_0 products: the block's scale is dx = amax / 127 (amax
+// the largest |x|; kept in f32, where llama.cpp rounds it to f16) and its
+// values q = nearbyint(x * (127 / amax)), integers in [-127, 127]. A weight
+// block (32 signed values: Q8_0's bytes, Q4_0's nibbles minus 8) and an
+// activation block then give eight exact integer sums, lane l summing the
+// products of values 4l .. 4l + 3, and each row of x keeps eight f32 sums:
+// per block, in order, acc[l] = fma(float(isum[l]), dw * dx, acc[l]); at the
+// end ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). (Two sets of sums,
+// for the even and the odd blocks, so that the multiply-adds form two
+// dependency chains, measured the same on the 1.1B shape: 15.0-20.6 tokens/s
+// against 16.0-17.0 for Q8_0 on 1 thread, alternated over three rounds.)
+// An integer sum is
+// exact whichever instructions compute it (maddubs and madd, or VNNI's
+// dpbusd), so the portable path, the vector path and max-autotune's
+// generated code (the prelude's sg_dot_q in src/codegen/region.cpp) give the
+// same bits.
+//
+// Why: with f32 activations each block was widened to 32 f32 lanes and
+// multiplied in f32, and on an AMD EPYC VM (AVX-512) a 1.1B-shape decode
+// step was bound by those instructions, not by its reads (docs/performance.md,
+// "Activations quantized per block"). The integer product reads a quarter of
+// the activation bytes and does a block in about six vector instructions.
+//
+// What it costs: |x_j - dx q_j| <= dx / 2, so a result is off from x . w
+// (w the dequantized weights) by at most sum over blocks of
+// dx_b / 2 * sum_j |w_j| plus f32 rounding (tests/ops/quant_test.cpp checks
+// that bound against a float64 reference); measured on models in
+// docs/model.md. A block whose amax is not finite (an inf or a NaN in it)
+// gets dx = NaN, so the row's results are NaN, as an f32 product's would be,
+// never a finite number; a block whose amax is below 2^-100 (where 127 / amax
+// could overflow) counts as zeros, an error below 2^-95 of sum |w_j|.
+inline constexpr float kTinyBlock = 0x1p-100F;
+
+// One block of 32 activations: q (32 bytes) and its scale *d.
+inline void quantize_block(const float* x, std::int8_t* q, float* d) {
+  float amax = 0;
+  int finite = 1;
+  for (std::int64_t j = 0; j < kBlock; ++j) {
+    const float a = std::fabs(x[j]);
+    finite &= static_cast<int>(a <= std::numeric_limits<float>::max());
+    amax = a > amax ? a : amax;
   }
-  for (int r = 0; r < R; ++r) *out[r] = acc[r];
-}
-
-#if defined(__AVX512F__)
-// 16 signed bytes widened to 16 f32 lanes. The zero-masked forms (here and
-// in widen_block) with every lane selected are the same instructions; GCC
-// 12 warns that the plain forms' internal _mm512_undefined_* operand "may
-// be used uninitialized" (-Wmaybe-uninitialized, an error here).
-inline __m512 widen_i8(__m128i v) {
-  return _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, v));
-}
-// Note [Q4_0 through a table]
-// A Q4_0 value is one of 16: d * (nibble - 8). So the block's 16 products
-// are computed once, into one register (d times the table -8 .. 7, one
-// multiply), and each nibble picks its value with a permute (vpermps reads
-// only the low 4 bits of each 32-bit index: a zero-extended byte indexes by
-// its low nibble as it is, and the high nibbles need only a 16-bit shift
-// first, no mask). Per block that is a shift, two extensions, a multiply
-// and two permutes, where widening and converting each nibble took an and,
-// a shift, an and, two extensions, two subtractions, two conversions and
-// two multiplies: a 1.1B-shape decode step was bound by those instructions
-// (the two vector ports), not by its reads: 9.6 tokens/s on 1 thread and
-// 17.9-18.9 on 2 before, 12.6 and 22-24 after (the llama.cpp build of
-// docs/performance.md ran the same file at 11.9 and 19.7-22.9). Each value
-// is the same product d * (nibble - 8) in f32 as before, so the sums are
-// bitwise unchanged.
-inline __m512 q4_table(float d) {
-  return _mm512_mul_ps(_mm512_set1_ps(d),
-                       _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// The block's values 0..15 and 16..31 as two vectors of d * q.
-inline void widen_block(Format format, const std::uint8_t* block, __m512& lo, __m512& hi) {
-  if (format == Format::q8_0) {
-    const __m512 d = _mm512_set1_ps(block_scale(block));
-    lo = _mm512_mul_ps(d, widen_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2))));
-    hi = _mm512_mul_ps(d, widen_i8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18))));
-  } else {  // Note [Q4_0 through a table]
-    const __m512 table = q4_table(block_scale(block));
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    lo = _mm512_maskz_permutexvar_ps(0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, bytes), table);
-    hi = _mm512_maskz_permutexvar_ps(
-        0xFFFF, _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_srli_epi16(bytes, 4)), table);
-  }
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-// Note [Quantized blocks in eight lanes]
-// Without AVX-512 (AVX2 machines: most AMD parts, Intel clients) a block is
-// four vectors of eight: values 0-7, 8-15, 16-23 and 24-31, each d * q as
-// the dequantizer computes it (q converted to f32 exactly, then one product
-// with d). Each row keeps one sum per vector, and dot_rows reduces the four
-// as the AVX-512 path reduces its two sixteen-lane sums (values k and k + 8
-// of each half lie in one lane there): (0-7 + 16-23) + (8-15 + 24-31), then
-// the lanes pairwise.
-// Every lane's chain of multiply-adds is the AVX-512 path's, so the two give
-// the same bits. Before this path, such machines ran dot_rows_portable: the
-// scalar dequantizer and a scalar dot product per block, 6x (Q8_0) and 19x
-// (Q4_0) slower in a 1.1B-shape decode step (docs/performance.md).
-
-// Note [Blocks widened from memory]
-// Each group of 8 bytes is sign- or zero-extended to 8 lanes straight from
-// memory (vpmovsxbd / vpmovzxbd with a memory operand); one 16-byte load per
-// half with its high 8 bytes moved down by a shuffle, and for Q4_0 the
-// nibbles separated in bytes first, cost more: one thread, weights in L3,
-// Q8_0 3.2 -> 2.3 ns a block and Q4_0 3.6-4.4 -> 3.0. A Q4_0 byte widened to
-// 32 bits gives its low nibble by a mask and its high nibble by a shift.
-inline __m128i load_8_bytes(const std::uint8_t* p) {
-  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-}
-
-// The block's values as four vectors of d * q: v[i] holds values 8i..8i+7.
-inline void widen_block(Format format, const std::uint8_t* block, __m256 v[4]) {
-  const __m256 d = _mm256_set1_ps(block_scale(block));
-  if (format == Format::q8_0) {
-    for (std::ptrdiff_t i = 0; i < 4; ++i) {
-      const __m256i q = _mm256_cvtepi8_epi32(load_8_bytes(block + 2 + 8 * i));
-      v[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-    }
+  if (finite == 0 || amax < kTinyBlock) {
+    *d = finite == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0F;
+    std::memset(q, 0, kBlock);
     return;
   }
-  // Byte j holds value j in its low nibble and value j + 16 in its high one.
-  const __m256i nibble = _mm256_set1_epi32(0x0F);
-  const __m256i eight = _mm256_set1_epi32(8);
-  for (std::ptrdiff_t i = 0; i < 2; ++i) {  // bytes 8i..8i+7: values 8i.. and 16 + 8i..
-    const __m256i bytes = _mm256_cvtepu8_epi32(load_8_bytes(block + 2 + 8 * i));
-    const __m256i lo = _mm256_sub_epi32(_mm256_and_si256(bytes, nibble), eight);
-    const __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), eight);
-    v[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo));
-    v[i + 2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(hi));
+  *d = amax / 127.0F;
+  const float id = 127.0F / amax;
+  for (std::int64_t j = 0; j < kBlock; ++j)
+    q[j] = static_cast<std::int8_t>(static_cast<int>(std::nearbyint(x[j] * id)));
+}
+
+// A row of k activations (k a multiple of 32) as k / 32 blocks.
+inline void quantize_row(const float* x, std::int64_t k, std::int8_t* q, float* d) {
+  for (std::int64_t b = 0; b < k / kBlock; ++b)
+    quantize_block(x + b * kBlock, q + b * kBlock, d + b);
+}
+
+// A weight block's 32 values as signed integers: Q8_0's bytes as they are,
+// Q4_0's nibbles minus 8 (value j is the low nibble of byte j, value j + 16
+// its high nibble).
+inline void block_values(Format format, const std::uint8_t* block, std::int8_t* v) {
+  const std::uint8_t* q = block + 2;
+  if (format == Format::q8_0) {
+    std::memcpy(v, q, kBlock);
+    return;
+  }
+  for (std::int64_t j = 0; j < kBlock / 2; ++j) {
+    v[j] = static_cast<std::int8_t>((q[j] & 0x0F) - 8);
+    v[j + kBlock / 2] = static_cast<std::int8_t>((q[j] >> 4) - 8);
   }
 }
-#endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// One row of x, quantized: its values and one scale per block.
+struct QuantizedRow {
+  const std::int8_t* q;
+  const float* d;
+};
+
+// The lanes reduced as every path reduces them (Note [Activations quantized
+// per block]).
+inline float reduce_lanes(const float* a) {
+  return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+// Portable: the note's sums, written out.
+template <int R>
+inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t blocks,
+                              const QuantizedRow* x, float* const* out) {
+  const std::int64_t bb = block_bytes(format);
+  float acc[R][8] = {};
+  std::int8_t v[kBlock];
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const float dw = block_scale(w + b * bb);
+    block_values(format, w + b * bb, v);
+    for (int r = 0; r < R; ++r) {
+      const float d = dw * x[r].d[b];
+      const std::int8_t* xq = x[r].q + b * kBlock;
+      for (int l = 0; l < 8; ++l) {
+        std::int32_t s = 0;
+        for (int j = 4 * l; j < 4 * l + 4; ++j) s += static_cast<std::int32_t>(v[j]) * xq[j];
+        acc[r][l] = std::fma(static_cast<float>(s), d, acc[r][l]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) *out[r] = reduce_lanes(acc[r]);
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
 // How far ahead of the block being read the next is prefetched (Note
 // [Prefetching a row of blocks]): 128 blocks, 4.3 KiB of Q8_0 (32 gave
 // 14.7 tokens/s on the 1.1B shape with 2 threads, 64 to 256 gave 17-18.5).
 inline constexpr std::int64_t kPrefetchBlocks = 128;
+
+// The weight block's values as 32 signed bytes (block_values in a register).
+inline __m256i block_values(Format format, const std::uint8_t* block) {
+  if (format == Format::q8_0)
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
+                                          _mm_and_si128(bytes, nibble));
+  return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
+}
+
+// Eight exact sums of four products each, of |w| (unsigned) and x with w's
+// sign: |w| <= 128 and |x| <= 127, so maddubs's pairs never saturate.
+inline __m256i lane_sums(__m256i abs_w, __m256i signed_x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), abs_w, signed_x);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), abs_w, signed_x);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_x), _mm256_set1_epi16(1));
+#endif
+}
 #endif
 
-// out[r] = x[r] . row w (blocks of `format`), for R rows of x at once: the
-// row of w is read once for all R.
+// out[r] = x[r] . row w (blocks of `format`), for R quantized rows of x at
+// once: the row of w is read once for all R.
 template <int R>
 inline void dot_rows(Format format, const std::uint8_t* w, std::int64_t blocks,
-                     const float* const* x, float* const* out) {
-#if defined(__AVX512F__)
-  // Two sums per row (a block's first and second halves), so that one
-  // row's multiply-adds form two dependency chains, not one.
+                     const QuantizedRow* x, float* const* out) {
+#if defined(__AVX2__) && defined(__FMA__)
   const std::int64_t bb = block_bytes(format);
-  __m512 acc_lo[R];
-  __m512 acc_hi[R];
-  for (int r = 0; r < R; ++r) acc_lo[r] = acc_hi[r] = _mm512_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (std::int64_t b = 0; b < blocks; ++b) {
     // Note [Prefetching a row of blocks]: without it one thread read a
     // row of Q8_0 blocks at about half the rate the f32 kernel streams
     // (perf: the stalls were on the blocks' loads); the hardware
-    // prefetcher alone does not run far enough ahead of ~12 instructions
-    // per 34 bytes.
+    // prefetcher alone does not run far enough ahead.
     _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
-    __m512 lo;
-    __m512 hi;
-    widen_block(format, w + b * bb, lo, hi);
+    const std::uint8_t* block = w + b * bb;
+    const float dw = block_scale(block);
+    const __m256i v = block_values(format, block);
+    const __m256i abs_v = _mm256_sign_epi8(v, v);
     for (int r = 0; r < R; ++r) {
-      const float* xr = x[r] + b * kBlock;
-      acc_lo[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), lo, acc_lo[r]);
-      acc_hi[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), hi, acc_hi[r]);
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].q + b * kBlock));
+      const __m256i sums = lane_sums(abs_v, _mm256_sign_epi8(xq, v));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    vec::F8 p;
-    vec::F8 q;
-    vec::split_halves(_mm512_add_ps(acc_lo[r], acc_hi[r]), p, q);
-    const vec::F8 s = p + q;  // then the lanes pairwise, as vec::dot
-    *out[r] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-  }
-#elif defined(__AVX2__) && defined(__FMA__)
-  // Note [Quantized blocks in eight lanes]: four sums per row.
-  const std::int64_t bb = block_bytes(format);
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (auto& a : acc[r]) a = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
-    __m256 v[4];
-    widen_block(format, w + b * bb, v);
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x[r] + b * kBlock;
-      for (std::ptrdiff_t i = 0; i < 4; ++i)
-        acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8 * i), v[i], acc[r][i]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    vec::F8 s =
-        _mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][2]), _mm256_add_ps(acc[r][1], acc[r][3]));
-    *out[r] = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc[r]);
+    *out[r] = reduce_lanes(lanes);
   }
 #else
   dot_rows_portable<R>(format, w, blocks, x, out);
