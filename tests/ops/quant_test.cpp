@@ -52,6 +52,12 @@ std::vector<std::int64_t> random_blocks(ops::QuantFormat f, std::int64_t rows, s
   return out;
 }
 
+// The blocks of `bytes` as the u8 weight tensor [n, K / 32 blocks] linear_q takes.
+Tensor weight_of(ops::QuantFormat f, const std::vector<std::int64_t>& bytes, std::int64_t n,
+                 std::int64_t k) {
+  return Tensor::from_ints(bytes, {n, k / 32 * ops::quant_block_bytes(f)}, sg::DType::u8);
+}
+
 // Value j of a row of blocks as its integer and its block's scale, decoded
 // from the layout (ggml's dequantize_row_q8_0 / q4_0), independently of the
 // kernels.
@@ -140,7 +146,7 @@ TEST_P(QuantLinear, matches_the_documented_sums_and_a_float64_reference_for_ever
   for (const Case c : {Case{f, 37, 64}, Case{f, 5, 32}, Case{f, 3, 96}, Case{f, 130, 320}}) {
     const std::vector<std::int64_t> bytes = random_blocks(f, c.n, c.k, 1);
     const std::int64_t width = c.k / 32 * ops::quant_block_bytes(f);
-    const Tensor w = Tensor::from_ints(bytes, {c.n, width}, sg::DType::u8);
+    const Tensor w = weight_of(f, bytes, c.n, c.k);
     for (const std::int64_t m : {1, 2, 3, 4, 5, 7, 9}) {
       SCOPED_TRACE("n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " m " +
                    std::to_string(m));
@@ -208,7 +214,7 @@ TEST_P(QuantLinear, vector_and_portable_paths_agree_and_rows_do_not_depend_on_th
   // or two compute threads, bitwise alike.
   const std::int64_t n = 300;
   const std::vector<std::int64_t> bytes = random_blocks(f, n, k, 5);
-  const Tensor w = Tensor::from_ints(bytes, {n, k / 32 * ops::quant_block_bytes(f)}, sg::DType::u8);
+  const Tensor w = weight_of(f, bytes, n, k);
   const std::vector<float> xb = random_floats(7 * k, 6);
   const std::vector<float> all = ops::linear_q(Tensor::from_floats(xb, {7, k}), w, f).to_floats();
   for (const std::int64_t m : {1, 2, 3}) {
@@ -239,7 +245,7 @@ TEST_P(QuantLinear, extreme_values_give_the_documented_sums) {
     bytes.push_back(d >> 8);
     for (std::int64_t j = 2; j < bb; ++j) bytes.push_back(f == ops::QuantFormat::q8_0 ? 0x80 : 0);
   }
-  const Tensor w = Tensor::from_ints(bytes, {1, k / 32 * bb}, sg::DType::u8);
+  const Tensor w = weight_of(f, bytes, 1, k);
   for (const float sign : {1.0F, -1.0F}) {
     std::vector<float> x(static_cast<std::size_t>(k));
     for (std::int64_t j = 0; j < k; ++j) x[j] = sign * (j % 3 == 0 ? -2.0F : 2.0F);
@@ -259,7 +265,7 @@ TEST_P(QuantLinear, non_finite_activations_give_nan_and_tiny_blocks_count_as_zer
   const std::int64_t n = 9;
   const std::int64_t k = 96;
   const std::vector<std::int64_t> bytes = random_blocks(f, n, k, 11);
-  const Tensor w = Tensor::from_ints(bytes, {n, k / 32 * ops::quant_block_bytes(f)}, sg::DType::u8);
+  const Tensor w = weight_of(f, bytes, n, k);
   for (const float bad :
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
         -std::numeric_limits<float>::infinity()}) {
@@ -331,7 +337,7 @@ TEST_P(QuantLinear, strided_and_batched_inputs_give_the_same_values) {
   const std::int64_t n = 24;
   const std::int64_t k = 64;
   const std::vector<std::int64_t> bytes = random_blocks(f, n, k, 7);
-  const Tensor w = Tensor::from_ints(bytes, {n, k / 32 * ops::quant_block_bytes(f)}, sg::DType::u8);
+  const Tensor w = weight_of(f, bytes, n, k);
   const std::vector<float> x = random_floats(6 * k, 8);
   const Tensor contiguous = Tensor::from_floats(x, {6, k});
   const std::vector<float> want = ops::linear_q(contiguous, w, f).to_floats();
