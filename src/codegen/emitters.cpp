@@ -410,7 +410,8 @@ bool emit_linear(const EmitArgs& a, std::string& out) {
 // in ops.h): per row of x, its blocks quantized to 8 bits (the prelude's
 // sg_quantize32) onto the stack, then N dot products, each the prelude's
 // sg_dot_q: the kernel's quantizer and integer sums (Note [Activations
-// quantized per block] in quant.h), so the same bits. The same bounds as an
+// quantized per block] in quant.h; for Q4_0 the offsets of Note [Q4_0's
+// nibbles as they are], sg_q4_offsets), so the same bits. The same bounds as an
 // f32 linear: a few rows of x, and a weight that does not stream (past
 // kStreamedWeightBytes the kernel, which prefetches a row of blocks ahead,
 // reads it faster), so stories260K's quantized decode step stays one region.
@@ -439,13 +440,16 @@ bool emit_linear_q(const EmitArgs& a, std::string& out) {
   out += "{\n" + row_loops(x);
   out += fmt::format("const float* xr = {} + {}0;\nfloat* orow = {} + {}0;\n", x.ptr, lead(x),
                      o.ptr, lead(o));
+  const bool q4 = format == quant::Format::q4_0;
   out += fmt::format(
-      "signed char xq[{0}];\nfloat xd[{1}];\n"
-      "for (long long b = 0; b < {1}; ++b) sg_quantize32(xr + b * 32, xq + b * 32, xd + b);\n",
-      i64(k), i64(blocks));
+      "signed char xq[{0}];\nfloat xd[{1}];\nint xo[{2}];\n"
+      "for (long long b = 0; b < {1}; ++b) {{\n"
+      "sg_quantize32(xr + b * 32, xq + b * 32, xd + b);\n{3}}}\n",
+      i64(k), i64(blocks), q4 ? i64(8 * blocks) : std::string("1LL"),
+      q4 ? "sg_q4_offsets(xq + b * 32, xo + b * 8);\n" : "");
   const LoopNest loop = parallel_loops(Shape{n}, "n", 0, 1, k);  // output rows, split
   out += loop.open;
-  out += fmt::format("orow[n0 * {}] = sg_dot_q<{}>({} + n0 * {}, {}, xq, xd);\n",
+  out += fmt::format("orow[n0 * {}] = sg_dot_q<{}>({} + n0 * {}, {}, xq, xd, xo);\n",
                      i64(o.strides[nd - 1]), format == quant::Format::q8_0 ? 0 : 1, w.ptr,
                      i64(w.strides[0]), i64(blocks));
   out += loop.close;

@@ -192,36 +192,46 @@ inline void sg_quantize32(const float* x, signed char* q, float* d) {
   const float id = 127.0f / amax;
   for (int j = 0; j < 32; ++j) q[j] = static_cast<signed char>(static_cast<int>(__builtin_nearbyintf(x[j] * id)));
 }
-// x . w over `blocks` blocks of format F (0: Q8_0, 1: Q4_0).
+// A quantized block's eight Q4_0 offsets: -8 times each lane's sum.
+inline void sg_q4_offsets(const signed char* q, int* o) {
+  for (int l = 0; l < 8; ++l) o[l] = -8 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+}
+// x . w over `blocks` blocks of format F (0: Q8_0, 1: Q4_0; its offsets xo
+// are sg_q4_offsets', read only by the vector path).
 template <int F>
-inline float sg_dot_q(const unsigned char* w, long long blocks, const signed char* xq, const float* xd) {
+inline float sg_dot_q(const unsigned char* w, long long blocks, const signed char* xq, const float* xd, const int* xo) {
   const long long bb = F == 0 ? 34 : 18;
   float l[8] = {};
 #if defined(__AVX2__) && defined(__FMA__)
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc2[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // even and odd blocks
   for (long long b = 0; b < blocks; ++b) {
+    __m256& acc = acc2[b & 1];
     const unsigned char* blk = w + b * bb;
-    __m256i v;
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+    __m256i u, s, start;  // unsigned and signed bytes, the sums' start
     if (F == 0) {
-      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    } else {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m128i nibble = _mm_set1_epi8(0x0F);
-      v = _mm256_sub_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble)), _mm256_set1_epi8(8));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      u = _mm256_sign_epi8(v, v);
+      s = _mm256_sign_epi8(x, v);
+      start = _mm256_setzero_si256();
+    } else {  // the nibbles as they are, against -8 times x's lane sums
+      const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+      u = _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
+      s = x;
+      start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo + 8 * b));
     }
-    const __m256i av = _mm256_sign_epi8(v, v);
-    const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b)), v);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), av, sx);
+    const __m256i sums = _mm256_dpbusd_epi32(start, u, s);
 #elif defined(__AVXVNNI__)
-    const __m256i sums = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), av, sx);
+    const __m256i sums = _mm256_dpbusd_avx_epi32(start, u, s);
 #else
-    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(av, sx), _mm256_set1_epi16(1));
+    const __m256i sums = _mm256_add_epi32(start, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(sg_f16(blk) * xd[b]), acc);
   }
-  _mm256_storeu_ps(l, acc);
+  _mm256_storeu_ps(l, _mm256_add_ps(acc2[0], acc2[1]));
 #else
+  float e[2][8] = {};
   for (long long b = 0; b < blocks; ++b) {
     const unsigned char* blk = w + b * bb;
     signed char v[32];
@@ -233,9 +243,10 @@ inline float sg_dot_q(const unsigned char* w, long long blocks, const signed cha
     for (int i = 0; i < 8; ++i) {
       int s = 0;
       for (int j = 4 * i; j < 4 * i + 4; ++j) s += v[j] * xq[32 * b + j];
-      l[i] = __builtin_fmaf(static_cast<float>(s), d, l[i]);
+      e[b & 1][i] = __builtin_fmaf(static_cast<float>(s), d, e[b & 1][i]);
     }
   }
+  for (int i = 0; i < 8; ++i) l[i] = e[0][i] + e[1][i];
 #endif
   return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
 }

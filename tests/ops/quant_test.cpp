@@ -107,16 +107,18 @@ QuantizedX quantize_as_documented(const float* x, std::int64_t k) {
 }
 float documented_dot(ops::QuantFormat f, const std::vector<std::int64_t>& row_bytes,
                      const QuantizedX& x, std::int64_t k) {
-  float lanes[8] = {};
+  float sets[2][8] = {};  // the even and the odd blocks' lanes
   for (std::int64_t b = 0; b < k / 32; ++b) {
     const float d = scale_of(f, row_bytes, b) * x.d[static_cast<std::size_t>(b)];
     for (std::int64_t l = 0; l < 8; ++l) {
       std::int64_t s = 0;
       for (std::int64_t j = b * 32 + 4 * l; j < b * 32 + 4 * l + 4; ++j)
         s += int_value(f, row_bytes, j) * x.q[static_cast<std::size_t>(j)];
-      lanes[l] = std::fma(static_cast<float>(s), d, lanes[l]);
+      sets[b % 2][l] = std::fma(static_cast<float>(s), d, sets[b % 2][l]);
     }
   }
+  float lanes[8];
+  for (int l = 0; l < 8; ++l) lanes[l] = sets[0][l] + sets[1][l];
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
          ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
@@ -188,14 +190,22 @@ TEST_P(QuantLinear, vector_and_portable_paths_agree_and_rows_do_not_depend_on_th
   const auto kf = static_cast<quant::Format>(f);
   const std::int64_t k = 256;
   const std::vector<std::int64_t> wide = random_blocks(f, 1, k, 3);
-  std::vector<std::uint8_t> row(wide.begin(), wide.end());
+  const std::vector<std::uint8_t> row(wide.begin(), wide.end());
   const std::vector<float> x = random_floats(4 * k, 4);
   std::vector<std::int8_t> q(static_cast<std::size_t>(4 * k));
   std::vector<float> d(static_cast<std::size_t>(4 * k / 32));
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(4 * k / 4));
   quant::QuantizedRow xs[4];
   for (std::int64_t r = 0; r < 4; ++r) {
-    quant::quantize_row(x.data() + r * k, k, q.data() + r * k, d.data() + r * k / 32);
-    xs[r] = {q.data() + r * k, d.data() + r * k / 32};
+    quant::quantize_row(x.data() + r * k, k, q.data() + r * k, d.data() + r * k / 32,
+                        offsets.data() + r * k / 4);
+    xs[r] = {q.data() + r * k, d.data() + r * k / 32, offsets.data() + r * k / 4};
+  }
+  // Q4_0's offsets (Note [Q4_0's nibbles as they are]), from their definition.
+  for (std::int64_t i = 0; i < 4 * k / 4; ++i) {
+    std::int32_t sum = 0;
+    for (std::int64_t j = 4 * i; j < 4 * i + 4; ++j) sum += q[static_cast<std::size_t>(j)];
+    ASSERT_EQ(offsets[static_cast<std::size_t>(i)], -8 * sum) << "lane " << i;
   }
   float four[4];
   float* fo[4] = {&four[0], &four[1], &four[2], &four[3]};
@@ -314,7 +324,8 @@ TEST(ops_quant, activations_quantize_within_half_a_step) {
 
 #if defined(__AVX2__) && defined(__FMA__)
 // The vector path's weight values are the portable decoding's, for every
-// byte value.
+// byte value: Q8_0's bytes as loaded, Q4_0's nibbles (q4_nibbles, Note
+// [Q4_0's nibbles as they are]) the portable values plus 8.
 TEST_P(QuantLinear, block_values_in_a_register_are_the_portable_ones) {
   const auto kf = static_cast<quant::Format>(GetParam());
   const std::int64_t bb = quant::block_bytes(kf);
@@ -326,7 +337,12 @@ TEST_P(QuantLinear, block_values_in_a_register_are_the_portable_ones) {
     std::int8_t want[32];
     quant::block_values(kf, block.data(), want);
     std::int8_t got[32];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(got), quant::block_values(kf, block.data()));
+    if (kf == quant::Format::q8_0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(got), quant::load32(block.data() + 2));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(got), quant::q4_nibbles(block.data()));
+      for (std::int8_t& v : want) v = static_cast<std::int8_t>(v + 8);
+    }
     ASSERT_EQ(std::memcmp(got, want, sizeof got), 0) << "trial " << trial;
   }
 }

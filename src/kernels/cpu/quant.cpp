@@ -31,7 +31,8 @@ std::int64_t row_offset(const TensorArg& t, std::int64_t i) {
 // Every row of x against every row of w; the rows of w are split across the
 // compute threads, each read once for up to four rows of x at a time. The
 // rows of x are quantized first, once for all threads (Note [Activations
-// quantized per block] in quant.h); rows of x or out whose values are not
+// quantized per block] in quant.h, and for Q4_0 Note [Q4_0's nibbles as
+// they are]); rows of x or out whose values are not
 // adjacent (a transposed view) are gathered into (or scattered from)
 // contiguous copies.
 void linear_q(const ArgBlock& args, KernelContext& ctx) {
@@ -51,6 +52,8 @@ void linear_q(const ArgBlock& args, KernelContext& ctx) {
   auto* od = static_cast<float*>(out.data);
   std::vector<std::int8_t> xq(static_cast<std::size_t>(m * k));
   std::vector<float> xs(static_cast<std::size_t>(m * blocks));  // the blocks' scales
+  std::vector<std::int32_t> offsets;  // Q4_0's (Note [Q4_0's nibbles as they are])
+  if (format == quant::Format::q4_0) offsets.resize(static_cast<std::size_t>(m * blocks * 8));
   std::vector<quant::QuantizedRow> rows(static_cast<std::size_t>(m));
   std::vector<float*> os(static_cast<std::size_t>(m));
   std::vector<float> x_copy;
@@ -67,8 +70,9 @@ void linear_q(const ArgBlock& args, KernelContext& ctx) {
     }
     std::int8_t* q = xq.data() + i * k;
     float* d = xs.data() + i * blocks;
-    quant::quantize_row(row, k, q, d);
-    rows[static_cast<std::size_t>(i)] = {q, d};
+    std::int32_t* offset = offsets.empty() ? nullptr : offsets.data() + i * blocks * 8;
+    quant::quantize_row(row, k, q, d, offset);
+    rows[static_cast<std::size_t>(i)] = {q, d, offset};
     os[static_cast<std::size_t>(i)] = ok != 1 ? out_copy.data() + i * n : od + row_offset(out, i);
   }
   const auto* pw = static_cast<const std::uint8_t*>(w.data) + w.offset;

@@ -15,6 +15,7 @@
 #endif
 
 #include "sinkgraph/dtype.h"
+#include "sinkgraph/error.h"
 #include "vec.h"
 
 namespace sinkgraph::kernels::cpu::quant {
@@ -62,13 +63,15 @@ inline void dequantize_block(Format format, const std::uint8_t* block, float* ou
 // values q = nearbyint(x * (127 / amax)), integers in [-127, 127]. A weight
 // block (32 signed values: Q8_0's bytes, Q4_0's nibbles minus 8) and an
 // activation block then give eight exact integer sums, lane l summing the
-// products of values 4l .. 4l + 3, and each row of x keeps eight f32 sums:
-// per block, in order, acc[l] = fma(float(isum[l]), dw * dx, acc[l]); at the
-// end ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). (Two sets of sums,
-// for the even and the odd blocks, so that the multiply-adds form two
-// dependency chains, measured the same on the 1.1B shape: 15.0-20.6 tokens/s
-// against 16.0-17.0 for Q8_0 on 1 thread, alternated over three rounds.)
-// An integer sum is
+// products of values 4l .. 4l + 3, and each row of x keeps two sets of eight
+// f32 sums, E for the even blocks and O for the odd ones: per block b, in
+// order, S[l] = fma(float(isum[l]), dw * dx, S[l]) with S = E or O by b's
+// parity; at the end a = E + O lane by lane, then
+// ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7)). Two sets, so that the
+// multiply-adds form two dependency chains: with one, a Q4_0 product on one
+// thread was bound by the chain's latency (a multiply-add's four cycles per
+// block), not by its reads or instructions (docs/performance.md, "Q4_0's
+// nibbles as they are"). An integer sum is
 // exact whichever instructions compute it (maddubs and madd, or VNNI's
 // dpbusd), so the portable path, the vector path and max-autotune's
 // generated code (the prelude's sg_dot_q in src/codegen/region.cpp) give the
@@ -90,6 +93,17 @@ inline void dequantize_block(Format format, const std::uint8_t* block, float* ou
 // could overflow) counts as zeros, an error below 2^-95 of sum |w_j|.
 inline constexpr float kTinyBlock = 0x1p-100F;
 
+// Note [Q4_0's nibbles as they are]
+// A Q4_0 value is its nibble minus 8, so a lane's sum is
+// sum (n_j - 8) x_j = sum n_j x_j - 8 sum x_j. The vector path takes the
+// nibbles as they are, unsigned (dpbusd and maddubs multiply unsigned by
+// signed bytes, so no sign trick is needed), and starts each block's sums at
+// -8 times the lane's sum of x, which quantize_row computes once per row of
+// x (QuantizedRow::q4_offset), not once per weight row. The integers are the
+// same, so are the bits. Measured on the 1.1B shape in docs/performance.md
+// ("Q4_0's nibbles as they are"): the subtraction and the two sign
+// instructions were three of a block's dozen and a half.
+
 // One block of 32 activations: q (32 bytes) and its scale *d.
 inline void quantize_block(const float* x, std::int8_t* q, float* d) {
   float amax = 0;
@@ -110,10 +124,19 @@ inline void quantize_block(const float* x, std::int8_t* q, float* d) {
     q[j] = static_cast<std::int8_t>(static_cast<int>(std::nearbyint(x[j] * id)));
 }
 
-// A row of k activations (k a multiple of 32) as k / 32 blocks.
-inline void quantize_row(const float* x, std::int64_t k, std::int8_t* q, float* d) {
-  for (std::int64_t b = 0; b < k / kBlock; ++b)
+// A row of k activations (k a multiple of 32) as k / 32 blocks; with
+// q4_offset, also each block's eight Q4_0 offsets (Note [Q4_0's nibbles as
+// they are]): q4_offset[8 b + l] = -8 * (q[32 b + 4 l] + ... + q[32 b + 4 l + 3]).
+inline void quantize_row(const float* x, std::int64_t k, std::int8_t* q, float* d,
+                         std::int32_t* q4_offset = nullptr) {
+  for (std::int64_t b = 0; b < k / kBlock; ++b) {
     quantize_block(x + b * kBlock, q + b * kBlock, d + b);
+    if (q4_offset == nullptr) continue;
+    for (std::int64_t l = 0; l < 8; ++l) {
+      const std::int8_t* v = q + b * kBlock + 4 * l;
+      q4_offset[8 * b + l] = -8 * (std::int32_t{v[0]} + v[1] + v[2] + v[3]);
+    }
+  }
 }
 
 // A weight block's 32 values as signed integers: Q8_0's bytes as they are,
@@ -131,10 +154,13 @@ inline void block_values(Format format, const std::uint8_t* block, std::int8_t* 
   }
 }
 
-// One row of x, quantized: its values and one scale per block.
+// One row of x, quantized: its values, one scale per block and, for Q4_0
+// weights, eight offsets per block (quantize_row's; the vector path needs
+// them, the portable one does not read them).
 struct QuantizedRow {
-  const std::int8_t* q;
-  const float* d;
+  const std::int8_t* q = nullptr;
+  const float* d = nullptr;
+  const std::int32_t* q4_offset = nullptr;
 };
 
 // The lanes reduced as every path reduces them (Note [Activations quantized
@@ -148,7 +174,7 @@ template <int R>
 inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t blocks,
                               const QuantizedRow* x, float* const* out) {
   const std::int64_t bb = block_bytes(format);
-  float acc[R][8] = {};
+  float acc[R][2][8] = {};  // per row of x, the even and the odd blocks' lanes
   std::int8_t v[kBlock];
   for (std::int64_t b = 0; b < blocks; ++b) {
     const float dw = block_scale(w + b * bb);
@@ -156,14 +182,19 @@ inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t
     for (int r = 0; r < R; ++r) {
       const float d = dw * x[r].d[b];
       const std::int8_t* xq = x[r].q + b * kBlock;
+      float* lanes = acc[r][b % 2];
       for (int l = 0; l < 8; ++l) {
         std::int32_t s = 0;
         for (int j = 4 * l; j < 4 * l + 4; ++j) s += static_cast<std::int32_t>(v[j]) * xq[j];
-        acc[r][l] = std::fma(static_cast<float>(s), d, acc[r][l]);
+        lanes[l] = std::fma(static_cast<float>(s), d, lanes[l]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) *out[r] = reduce_lanes(acc[r]);
+  for (int r = 0; r < R; ++r) {
+    float lanes[8];
+    for (int l = 0; l < 8; ++l) lanes[l] = acc[r][0][l] + acc[r][1][l];
+    *out[r] = reduce_lanes(lanes);
+  }
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -171,17 +202,6 @@ inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t
 // [Prefetching a row of blocks]): 128 blocks, 4.3 KiB of Q8_0 (32 gave
 // 14.7 tokens/s on the 1.1B shape with 2 threads, 64 to 256 gave 17-18.5).
 inline constexpr std::int64_t kPrefetchBlocks = 128;
-
-// The weight block's values as 32 signed bytes (block_values in a register).
-inline __m256i block_values(Format format, const std::uint8_t* block) {
-  if (format == Format::q8_0)
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-  const __m128i nibble = _mm_set1_epi8(0x0F);
-  const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
-                                          _mm_and_si128(bytes, nibble));
-  return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
-}
 
 // Eight exact sums of four products each, of |w| (unsigned) and x with w's
 // sign: |w| <= 128 and |x| <= 127, so maddubs's pairs never saturate.
@@ -194,37 +214,101 @@ inline __m256i lane_sums(__m256i abs_w, __m256i signed_x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_x), _mm256_set1_epi16(1));
 #endif
 }
-#endif
 
-// out[r] = x[r] . row w (blocks of `format`), for R quantized rows of x at
-// once: the row of w is read once for all R.
-template <int R>
-inline void dot_rows(Format format, const std::uint8_t* w, std::int64_t blocks,
-                     const QuantizedRow* x, float* const* out) {
-#if defined(__AVX2__) && defined(__FMA__)
-  const std::int64_t bb = block_bytes(format);
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (std::int64_t b = 0; b < blocks; ++b) {
+// The same for unsigned weights in [0, 15] (Q4_0's nibbles; maddubs's pairs at
+// most 2 * 15 * 127), started at
+// `offset` (Note [Q4_0's nibbles as they are]).
+inline __m256i lane_sums_from(__m256i offset, __m256i nibbles, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(offset, nibbles, x);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(offset, nibbles, x);
+#else
+  return _mm256_add_epi32(
+      offset, _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles, x), _mm256_set1_epi16(1)));
+#endif
+}
+
+// A Q4_0 block's 32 nibbles as bytes, value j in byte j: its 16 bytes in
+// both halves of the register, the upper half shifted right by 4, masked.
+inline __m256i q4_nibbles(const std::uint8_t* block) {
+  const __m256i bytes =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2)));
+  return _mm256_and_si256(_mm256_srlv_epi64(bytes, _mm256_set_epi64x(4, 4, 0, 0)),
+                          _mm256_set1_epi8(0x0F));
+}
+
+// A block's scale in all eight lanes (block_scale's value).
+inline __m256 block_scale8(const std::uint8_t* block) {
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, block, 2);
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<std::int16_t>(bits)));
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// R rows of x against one row of w, the note's sums: two sets of eight
+// lanes per row of x, for the even and the odd blocks.
+template <int R, Format F>
+inline void dot_rows_avx2(const std::uint8_t* w, std::int64_t blocks, const QuantizedRow* x,
+                          float* const* out) {
+  constexpr std::int64_t bb = block_bytes(F);
+  __m256 even[R];
+  __m256 odd[R];
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+  const auto add_block = [&](std::int64_t b, __m256* acc) {
     // Note [Prefetching a row of blocks]: without it one thread read a
     // row of Q8_0 blocks at about half the rate the f32 kernel streams
     // (perf: the stalls were on the blocks' loads); the hardware
     // prefetcher alone does not run far enough ahead.
     _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
     const std::uint8_t* block = w + b * bb;
-    const float dw = block_scale(block);
-    const __m256i v = block_values(format, block);
-    const __m256i abs_v = _mm256_sign_epi8(v, v);
-    for (int r = 0; r < R; ++r) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].q + b * kBlock));
-      const __m256i sums = lane_sums(abs_v, _mm256_sign_epi8(xq, v));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * x[r].d[b]), acc[r]);
+    const __m256 dw = block_scale8(block);
+    if constexpr (F == Format::q8_0) {
+      const __m256i v = load32(block + 2);
+      const __m256i abs_v = _mm256_sign_epi8(v, v);
+      for (int r = 0; r < R; ++r) {
+        const __m256i sums = lane_sums(abs_v, _mm256_sign_epi8(load32(x[r].q + b * kBlock), v));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), acc[r]);
+      }
+    } else {
+      const __m256i v = q4_nibbles(block);
+      for (int r = 0; r < R; ++r) {
+        const __m256i sums =
+            lane_sums_from(load32(x[r].q4_offset + 8 * b), v, load32(x[r].q + b * kBlock));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), acc[r]);
+      }
     }
+  };
+  std::int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    add_block(b, even);
+    add_block(b + 1, odd);
   }
+  if (b < blocks) add_block(b, even);
   for (int r = 0; r < R; ++r) {
     float lanes[8];
-    _mm256_storeu_ps(lanes, acc[r]);
+    _mm256_storeu_ps(lanes, _mm256_add_ps(even[r], odd[r]));
     *out[r] = reduce_lanes(lanes);
+  }
+}
+#endif
+
+// out[r] = x[r] . row w (blocks of `format`), for R quantized rows of x at
+// once: the row of w is read once for all R. Q4_0 needs the rows'
+// q4_offset.
+template <int R>
+inline void dot_rows(Format format, const std::uint8_t* w, std::int64_t blocks,
+                     const QuantizedRow* x, float* const* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (format == Format::q8_0) {
+    dot_rows_avx2<R, Format::q8_0>(w, blocks, x, out);
+  } else {
+    for (int r = 0; r < R; ++r)
+      SG_ASSERT(x[r].q4_offset != nullptr, "quant::dot_rows: Q4_0 needs the rows' q4_offset");
+    dot_rows_avx2<R, Format::q4_0>(w, blocks, x, out);
   }
 #else
   dot_rows_portable<R>(format, w, blocks, x, out);
