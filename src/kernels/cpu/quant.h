@@ -215,9 +215,9 @@ inline __m256i lane_sums(__m256i abs_w, __m256i signed_x) {
 #endif
 }
 
-// The same for unsigned weights in [0, 15] (Q4_0's nibbles; maddubs's pairs at
-// most 2 * 15 * 127), started at
-// `offset` (Note [Q4_0's nibbles as they are]).
+// The same for unsigned weights in [0, 15] (Q4_0's nibbles; maddubs's pairs
+// at most 2 * 15 * 127), started at `offset` (Note [Q4_0's nibbles as they
+// are]).
 inline __m256i lane_sums_from(__m256i offset, __m256i nibbles, __m256i x) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(offset, nibbles, x);
