@@ -159,6 +159,14 @@ TEST(ops_vec, dot_kernels_sum_in_the_documented_order_bitwise) {
         EXPECT_EQ(block[j][r], documented_dot(w.data() + r * n, xs[j], n)) << j << ", " << r;
       }
     }
+    // With the next four rows prefetched (Note [Prefetching the next weight
+    // rows]), past the end of w here: the same sums.
+    vec::dot_rows_block4<4, true>(w.data(), n, xs, n, bouts);
+    for (int j = 0; j < 4; ++j) {
+      for (int r = 0; r < 4; ++r) {
+        EXPECT_EQ(block[j][r], documented_dot(w.data() + r * n, xs[j], n)) << j << ", " << r;
+      }
+    }
     float grid[3][4];
     float* gouts[3] = {grid[0], grid[1], grid[2]};
     vec::dot4_rows<3>(w.data(), n, xs, n, gouts);

@@ -278,8 +278,14 @@ void linear_rows_f32(const float* w, std::int64_t ldw, const float* x, std::int6
       std::int64_t r = begin;
       if (m >= 4) {  // a batch: four weight rows at a time, the same sums
         for (; r + 4 <= end; r += 4) {
+          bool first = true;  // Note [Prefetching the next weight rows] in vec.h
           by_rows(r, [&]<int R>(const float* const* xs, float* const* os) {
-            vec::dot_rows_block4<R>(w + r * ldw, ldw, xs, k, os);
+            if (first) {
+              vec::dot_rows_block4<R, true>(w + r * ldw, ldw, xs, k, os);
+            } else {
+              vec::dot_rows_block4<R>(w + r * ldw, ldw, xs, k, os);
+            }
+            first = false;
           });
         }
       }
