@@ -322,7 +322,7 @@ TEST(ops_quant, activations_quantize_within_half_a_step) {
   }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if SG_QUANT_VECTOR
 // The vector path's weight values are the portable decoding's, for every
 // byte value: Q8_0's bytes as loaded, Q4_0's nibbles (q4_nibbles, Note
 // [Q4_0's nibbles as they are]) the portable values plus 8.

@@ -13,6 +13,14 @@
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+// The vector path: AVX2 for the integer sums, FMA for the f32 ones, F16C for
+// the blocks' scales (every x86 CPU with AVX2 and FMA has F16C; the guard
+// keeps a build for an unusual target flag set on the portable path).
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SG_QUANT_VECTOR 1
+#else
+#define SG_QUANT_VECTOR 0
+#endif
 
 #include "sinkgraph/dtype.h"
 #include "sinkgraph/error.h"
@@ -197,7 +205,7 @@ inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t
   }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if SG_QUANT_VECTOR
 // How far ahead of the block being read the next is prefetched (Note
 // [Prefetching a row of blocks]): 128 blocks, 4.3 KiB of Q8_0 (32 gave
 // 14.7 tokens/s on the 1.1B shape with 2 threads, 64 to 256 gave 17-18.5).
@@ -302,7 +310,7 @@ inline void dot_rows_avx2(const std::uint8_t* w, std::int64_t blocks, const Quan
 template <int R>
 inline void dot_rows(Format format, const std::uint8_t* w, std::int64_t blocks,
                      const QuantizedRow* x, float* const* out) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if SG_QUANT_VECTOR
   if (format == Format::q8_0) {
     dot_rows_avx2<R, Format::q8_0>(w, blocks, x, out);
   } else {
