@@ -272,22 +272,19 @@ inline void dot_rows_avx2(const std::uint8_t* w, std::int64_t blocks, const Quan
     _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
     const std::uint8_t* block = w + b * bb;
     const __m256 dw = block_scale8(block);
-    if constexpr (F == Format::q8_0) {
-      const __m256i v = load32(block + 2);
-      const __m256i abs_v = _mm256_sign_epi8(v, v);
-      for (int r = 0; r < R; ++r) {
-        const __m256i sums = lane_sums(abs_v, _mm256_sign_epi8(load32(x[r].q + b * kBlock), v));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
-                                 _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), acc[r]);
+    // Q8_0's signed bytes, or Q4_0's nibbles (unsigned as they are).
+    const __m256i v = F == Format::q8_0 ? load32(block + 2) : q4_nibbles(block);
+    const __m256i abs_v = _mm256_sign_epi8(v, v);  // Q8_0's only
+    for (int r = 0; r < R; ++r) {
+      const __m256i xq = load32(x[r].q + b * kBlock);
+      __m256i sums;
+      if constexpr (F == Format::q8_0) {
+        sums = lane_sums(abs_v, _mm256_sign_epi8(xq, v));
+      } else {
+        sums = lane_sums_from(load32(x[r].q4_offset + 8 * b), v, xq);
       }
-    } else {
-      const __m256i v = q4_nibbles(block);
-      for (int r = 0; r < R; ++r) {
-        const __m256i sums =
-            lane_sums_from(load32(x[r].q4_offset + 8 * b), v, load32(x[r].q + b * kBlock));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
-                                 _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), acc[r]);
-      }
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums),
+                               _mm256_mul_ps(dw, _mm256_set1_ps(x[r].d[b])), acc[r]);
     }
   };
   std::int64_t b = 0;
