@@ -9,7 +9,9 @@
 // (2048 x 2048, 5632 x 2048). BM_MatmulRowMajor/BM_SgemmRowMajor do the
 // same for matmul with a row-major right operand. Report ratios from one
 // run: the rows share the machine's state. BM_LinearOwn is BM_Linear with
-// oneDNN switched off (sinkgraph's own tiles past 32 rows).
+// oneDNN switched off (sinkgraph's own tiles past 32 rows). BM_LinearQ times
+// the quantized products (linear_q) with the weight in L2 and streamed.
+#include <cstdint>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -157,6 +159,66 @@ BENCHMARK(BM_SgemmRowMajor)
     ->ArgsProduct({{8, 128}, {512}, {512}})
     ->ArgNames({"M", "N", "K"})
     ->UseRealTime();
+
+// Quantized products (docs/performance.md, "Quantized weights"):
+// ops::linear_q with Q8_0 (F = 0) or Q4_0 (F = 1) blocks, M rows of x
+// against N rows of K values, eagerly at T compute threads. The shapes: N =
+// 256 at K = 2048 (295 KB of Q4_0, 557 KB of Q8_0: in L2, so mostly the
+// call's fixed cost and the kernel's own rate), TinyLlama-1.1B's matrices
+// (2048 x 2048, 5632 x 2048, 2048 x 5632: a few MB, which a large
+// last-level cache may keep between calls), and N = 262144 at K = 2048
+// (302 MB of Q4_0, 570 MB of Q8_0), past a 260 MB last-level cache, so
+// that every call streams it from memory as a decode step does. Counters:
+// the weight's bytes read per second and its blocks per second (each block
+// is read once per call, whatever M). Every block's scale is 1/64, its
+// values noise.
+void BM_LinearQ(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto format = static_cast<sg::ops::QuantFormat>(state.range(4));
+  sg::set_num_threads(static_cast<int>(state.range(3)));
+  const std::int64_t bb = sg::ops::quant_block_bytes(format);
+  const std::int64_t row_blocks = k / sg::ops::kQuantBlockValues;
+  const std::int64_t blocks = n * row_blocks;
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(blocks * bb));
+  unsigned seed = 3;  // noise()'s generator, one byte per step
+  for (std::uint8_t& b : bytes) {
+    seed = seed * 1664525U + 1013904223U;
+    b = static_cast<std::uint8_t>(seed >> 24);
+  }
+  for (std::int64_t b = 0; b < blocks; ++b) {  // f16 1/64: 0x2400, little-endian
+    bytes[static_cast<std::size_t>(b * bb)] = 0x00;
+    bytes[static_cast<std::size_t>(b * bb + 1)] = 0x24;
+  }
+  const sg::Tensor w = sg::Tensor::empty({n, row_blocks * bb}, sg::DType::u8);
+  w.device().copy_from_host(w.data_ptr(), bytes.data(), bytes.size());
+  bytes = {};
+  const sg::Tensor x = sg::Tensor::from_floats(noise(m * k, 1), {m, k});
+  sg::Stream& stream = sg::current_stream();
+  for (auto _ : state) {
+    sg::Tensor out = sg::ops::linear_q(x, w, format);
+    stream.synchronize();
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(blocks * bb) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["Gblock/s"] = benchmark::Counter(static_cast<double>(blocks) * 1e-9,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  sg::set_num_threads(sg::available_cores());
+}
+void linear_q_args(benchmark::internal::Benchmark* b) {
+  for (const auto& nk : {std::vector<std::int64_t>{256, 2048},
+                         {2048, 2048},
+                         {5632, 2048},
+                         {2048, 5632},
+                         {262144, 2048}}) {
+    for (std::int64_t m : {1, 4}) {
+      for (std::int64_t t : {1, 2}) {
+        for (std::int64_t f : {0, 1}) b->Args({m, nk[0], nk[1], t, f});
+      }
+    }
+  }
+}
+BENCHMARK(BM_LinearQ)->Apply(linear_q_args)->ArgNames({"M", "N", "K", "T", "F"})->UseRealTime();
 
 }  // namespace
 

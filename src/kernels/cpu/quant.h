@@ -206,10 +206,14 @@ inline void dot_rows_portable(Format format, const std::uint8_t* w, std::int64_t
 }
 
 #if SG_QUANT_VECTOR
-// How far ahead of the block being read the next is prefetched (Note
-// [Prefetching a row of blocks]): 128 blocks, 4.3 KiB of Q8_0 (32 gave
-// 14.7 tokens/s on the 1.1B shape with 2 threads, 64 to 256 gave 17-18.5).
-inline constexpr std::int64_t kPrefetchBlocks = 128;
+// How far ahead of the block being read the weight is prefetched (Note
+// [Prefetching a row of blocks]): 4 KiB, as for a streamed f32 row (Note
+// [Prefetching a streamed weight] in vec.h), whatever the block's size.
+// In Q8_0 blocks it was 128 (4.3 KiB; 32 gave 14.7 tokens/s on the 1.1B
+// shape with 2 threads, 64 to 256 gave 17-18.5), and Q4_0 prefetched the
+// same 128 blocks, only 2.3 KiB ahead (docs/performance.md, "On an Intel
+// Xeon VM with AVX-512 FP16").
+inline constexpr std::int64_t kPrefetchBytes = 4096;
 
 // Eight exact sums of four products each, of |w| (unsigned) and x with w's
 // sign: |w| <= 128 and |x| <= 127, so maddubs's pairs never saturate.
@@ -269,8 +273,8 @@ inline void dot_rows_avx2(const std::uint8_t* w, std::int64_t blocks, const Quan
     // row of Q8_0 blocks at about half the rate the f32 kernel streams
     // (perf: the stalls were on the blocks' loads); the hardware
     // prefetcher alone does not run far enough ahead.
-    _mm_prefetch(reinterpret_cast<const char*>(w + (b + kPrefetchBlocks) * bb), _MM_HINT_T0);
     const std::uint8_t* block = w + b * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchBytes), _MM_HINT_T0);
     const __m256 dw = block_scale8(block);
     // Q8_0's signed bytes, or Q4_0's nibbles (unsigned as they are).
     const __m256i v = F == Format::q8_0 ? load32(block + 2) : q4_nibbles(block);
