@@ -179,12 +179,7 @@ void BM_LinearQ(benchmark::State& state) {
   const std::int64_t bb = sg::ops::quant_block_bytes(format);
   const std::int64_t row_blocks = k / sg::ops::kQuantBlockValues;
   const std::int64_t blocks = n * row_blocks;
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(blocks * bb));
-  unsigned seed = 3;  // noise()'s generator, one byte per step
-  for (std::uint8_t& b : bytes) {
-    seed = seed * 1664525U + 1013904223U;
-    b = static_cast<std::uint8_t>(seed >> 24);
-  }
+  std::vector<std::uint8_t> bytes = sgbench::noise_bytes(blocks * bb, 3);
   for (std::int64_t b = 0; b < blocks; ++b) {  // f16 1/64: 0x2400, little-endian
     bytes[static_cast<std::size_t>(b * bb)] = 0x00;
     bytes[static_cast<std::size_t>(b * bb + 1)] = 0x24;
