@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -394,6 +395,74 @@ TEST_P(QuantLinear, embedding_q_gives_the_decoded_rows) {
   }
   EXPECT_EQ(ops::embedding_q(w, Tensor::from_ints({2}, {1}), f).to_floats().size(),
             static_cast<std::size_t>(dim));  // the stream works again
+}
+
+// linear_q keeps its buffers for the activations' blocks from call to call
+// (per thread): a call must give its own values whatever ran before it, a
+// larger or smaller product, the other format, a strided x, on this thread
+// or from several streams at once.
+TEST(ops_quant, calls_of_any_size_in_any_order_give_their_own_values) {
+  struct Product {
+    ops::QuantFormat f;
+    std::int64_t m, n, k;
+    bool transposed;
+  };
+  const std::vector<Product> cases = {
+      {ops::QuantFormat::q4_0, 1, 40, 64, false},   {ops::QuantFormat::q8_0, 9, 24, 256, false},
+      {ops::QuantFormat::q4_0, 7, 33, 160, true},   {ops::QuantFormat::q8_0, 1, 8, 32, true},
+      {ops::QuantFormat::q4_0, 16, 12, 512, false}, {ops::QuantFormat::q8_0, 3, 50, 96, false},
+  };
+  struct Inputs {
+    Tensor x, w;
+  };
+  std::vector<Inputs> inputs;
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const Product& cs = cases[c];
+    const auto seed = static_cast<std::uint32_t>(100 + c);
+    const std::vector<float> x = random_floats(cs.m * cs.k, seed);
+    Tensor xt = Tensor::from_floats(x, {cs.m, cs.k});
+    if (cs.transposed) {
+      std::vector<float> t(x.size());
+      for (std::int64_t i = 0; i < cs.m; ++i) {
+        for (std::int64_t j = 0; j < cs.k; ++j) t[j * cs.m + i] = x[i * cs.k + j];
+      }
+      xt = Tensor::from_floats(t, {cs.k, cs.m}).transpose(0, 1);
+    }
+    inputs.push_back({xt, weight_of(cs.f, random_blocks(cs.f, cs.n, cs.k, seed), cs.n, cs.k)});
+  }
+  const auto run = [&](std::size_t c) {
+    return ops::linear_q(inputs[c].x, inputs[c].w, cases[c].f).to_floats();
+  };
+  // Each case first on a stream whose worker ran nothing else (the
+  // documented sums are checked against float64 above; here the values must
+  // not move).
+  std::vector<std::vector<float>> want(cases.size());
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    auto stream = sg::cpu().create_stream();
+    const sg::StreamGuard guard(*stream);
+    want[c] = run(c);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const std::size_t c = round == 1 ? cases.size() - 1 - i : (i * 5 + round) % cases.size();
+      ASSERT_EQ(run(c), want[c]) << "case " << c << ", round " << round;
+    }
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto stream = sg::cpu().create_stream();  // a worker thread of its own
+      const sg::StreamGuard guard(*stream);
+      for (int i = 0; i < 60; ++i) {
+        const auto c = static_cast<std::size_t>((i * (t + 1) + t) % static_cast<int>(cases.size()));
+        if (run(c) != want[c]) ++wrong[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
 }
 
 INSTANTIATE_TEST_SUITE_P(ops_quant, QuantLinear,
