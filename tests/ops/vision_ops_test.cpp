@@ -352,6 +352,11 @@ const PoolCase kPoolCases[] = {
     {"dilation 2 ceil", {1, 2, 10, 9}, {2, 3, 3, 2, 1, 1, 2, 2, true}},
     {"3-D input", {3, 7, 7}, {3, 2, 2, 1, 1, 1}},
     {"1x1 input, ceil", {1, 1, 1, 1}, {2, 2, 2, 2, 0, 0, 1, 1, true}},
+    // Rows wide enough for outputs whose window lies inside (Note [Pooling a
+    // window in two passes]) beside edge outputs on both sides.
+    {"wide rows, ResNet stem", {1, 3, 13, 41}, {3, 3, 2, 2, 1, 1}},
+    {"wide rows, 2x5 stride 3, dilation 2, padding", {1, 2, 11, 50}, {2, 5, 1, 3, 1, 2, 1, 2}},
+    {"wide rows, stride 1, ceil", {2, 1, 5, 37}, {3, 4, 1, 1, 1, 2, 1, 1, true}},
 };
 
 TEST(ops_max_pool2d, matches_the_reference_with_pytorch_output_sizes) {
@@ -393,6 +398,19 @@ TEST(ops_max_pool2d, padding_is_minus_infinity_and_nan_wins) {
   EXPECT_TRUE(std::isnan(out[1]));
   EXPECT_EQ(out[2], 8.0F);
   EXPECT_EQ(out[3], 9.0F);
+  // A wide row: a NaN inside, one at the left edge; 3x3, stride 1, padding 1.
+  std::vector<float> wide(3 * 20);
+  for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<float>(i % 7);
+  wide[20 + 10] = nan;
+  wide[40] = nan;
+  const auto got = ops::max_pool2d(make(wide, {1, 1, 3, 20}), 3, 3, 1, 1, 1, 1).to_floats();
+  ASSERT_EQ(got.size(), wide.size());
+  for (std::int64_t r = 0; r < 3; ++r) {
+    for (std::int64_t c = 0; c < 20; ++c) {
+      const bool want_nan = (c >= 9 && c <= 11) || (r >= 1 && c <= 1);
+      EXPECT_EQ(std::isnan(got[static_cast<std::size_t>(r * 20 + c)]), want_nan) << r << ", " << c;
+    }
+  }
 }
 
 TEST(ops_max_pool2d, strided_input_and_half_precision) {
