@@ -245,6 +245,64 @@ def test_max_pool2d():
     assert fallback_targets(backend) == [], sinkgraph.explain(backend)
 
 
+def special_values(*shape):
+    """Random values with NaN, -0.0, +-inf and the clamps' corners (-3, 3) among them."""
+    x = torch.randn(*shape)
+    flat = x.view(-1)
+    specials = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), -3.0, 3.0, 0.0])
+    for i in range(0, flat.numel(), 5):
+        flat[i] = specials[(i // 5) % len(specials)]
+    return x
+
+
+class ConvAct(torch.nn.Module):
+    """A convolution whose activation becomes its epilogue (ours or oneDNN's)."""
+
+    def __init__(self, act, groups=1):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16 if groups == 1 else 8, 3, padding=1, groups=groups)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.conv(x))
+
+
+# relu6 and hardtanh have no converter (they run in torch).
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
+}
+
+
+# Note [A NaN passes through relu and clamp] (src/kernels/cpu/pointwise_math.h):
+# relu and hardsigmoid once gave 0 for NaN, where torch gives NaN.
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_nan_and_negative_zero_pass_through_activations_as_in_torch(name, mode):
+    act = ACTIVATIONS[name]
+    x = special_values(67)  # vector lanes and a tail
+    cases = [
+        (Fn(act), x),
+        (Fn(lambda a: act(a * 2 + 1) + a), x),  # a fused elementwise chain
+        (ConvAct(act), special_values(1, 8, 12, 12)),
+        (ConvAct(act, groups=8), special_values(1, 8, 12, 12)),  # depthwise
+    ]
+    for model, inp in cases:
+        torch._dynamo.reset()
+        model.eval()
+        opt = torch.compile(model, backend=make_backend(mode))
+        with torch.no_grad():
+            want = model(inp)
+            for _ in range(2):
+                got = opt(inp)
+                torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+                assert torch.equal(torch.isnan(got), torch.isnan(want))
+                zeros = want == 0
+                assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (
+                    f"{name}: the sign of a zero differs from torch's")
+
+
 class MaskedEncoder(torch.nn.Module):
     """The fused encoder-layer kernel with a padding mask, after a converted linear."""
 

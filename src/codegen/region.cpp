@@ -95,12 +95,13 @@ inline float sg_erf(float x) {
   r = r * t + 0.254829592f;
   return __builtin_copysignf(1.0f - r * t * sg_exp(-x * x), x);
 }
-inline float sg_relu(float x) { return x > 0.0f ? x : 0.0f; }
+inline float sg_relu(float x) { return x < 0.0f ? 0.0f : x; }
 inline float sg_silu(float x) { return x / (1.0f + sg_exp(-x)); }
 inline float sg_sigmoid(float x) { return 1.0f / (1.0f + sg_exp(-x)); }
 inline float sg_gelu(float x) { return 0.5f * x * (1.0f + sg_erf(x * 0.70710678118654752f)); }
-inline float sg_hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
-inline float sg_hardswish(float x) { return x * std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f; }
+inline float sg_relu6(float x) { return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x); }
+inline float sg_hardsigmoid(float x) { return sg_relu6(x + 3.0f) / 6.0f; }
+inline float sg_hardswish(float x) { return x * sg_relu6(x + 3.0f) / 6.0f; }
 // Eight f32 lanes (GCC/Clang vector extensions: AVX registers where the CPU
 // has them, pairs of SSE registers otherwise).
 typedef float sg_v8 __attribute__((vector_size(32)));

@@ -2,6 +2,7 @@
 #include "sinkgraph/ops.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -256,6 +257,42 @@ TEST(ops_elementwise, unary_on_non_contiguous_views) {
     EXPECT_EQ(sgtest::dims_of(out), (Dims{5, 3, 2}));
     EXPECT_TRUE(all_close(out.to_floats(), ref::unary(v, u.want), kUnaryRtol, u.atol));
   }
+}
+
+// Note [A NaN passes through relu and clamp]: as torch, relu, hardsigmoid
+// and hardswish give NaN for NaN, and relu keeps -0.0 (torch.relu(-0.0) is
+// -0.0); every lane position and the tail (33 values).
+TEST(ops_elementwise, nan_and_negative_zero_pass_through_as_in_torch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v(33, 1.5F);
+  for (std::size_t i = 0; i < v.size(); i += 4) v[i] = nan;
+  for (std::size_t i = 1; i < v.size(); i += 8) v[i] = -0.0F;
+  v[2] = inf;
+  v[3] = -inf;
+  const auto relu = ops::relu(make(v, {33})).to_floats();
+  const auto hsig = ops::hardsigmoid(make(v, {33})).to_floats();
+  const auto hswish = ops::hardswish(make(v, {33})).to_floats();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    SCOPED_TRACE(i);
+    if (std::isnan(v[i])) {
+      EXPECT_TRUE(std::isnan(relu[i]));
+      EXPECT_TRUE(std::isnan(hsig[i]));
+      EXPECT_TRUE(std::isnan(hswish[i]));
+    } else if (v[i] == 0.0F) {
+      EXPECT_EQ(relu[i], 0.0F);
+      EXPECT_TRUE(std::signbit(relu[i]));
+      EXPECT_EQ(hsig[i], 0.5F);
+      EXPECT_EQ(hswish[i], 0.0F);
+      EXPECT_TRUE(std::signbit(hswish[i]));  // -0 * 3 / 6
+    }
+  }
+  EXPECT_EQ(relu[2], inf);
+  EXPECT_EQ(relu[3], 0.0F);
+  EXPECT_EQ(hsig[2], 1.0F);
+  EXPECT_EQ(hsig[3], 0.0F);
+  EXPECT_EQ(hswish[2], inf);
+  EXPECT_TRUE(std::isnan(hswish[3]));  // -inf * 0, as torch
 }
 
 TEST(ops_elementwise, gelu_is_erf_exact_not_tanh) {

@@ -149,7 +149,7 @@ struct Erf {
   float operator()(float x, float) const { return vec::erf(x); }
 };
 struct Relu {
-  float operator()(float x, float) const { return x > 0.0F ? x : 0.0F; }
+  float operator()(float x, float) const { return pointwise::relu(x); }
 };
 struct Silu {
   float operator()(float x, float) const { return pointwise::silu(x); }

@@ -14,9 +14,20 @@ inline float silu(float x) { return x / (1.0F + cpu::vec::exp(-x)); }
 // PyTorch's default (exact) GELU.
 inline float gelu(float x) { return 0.5F * x * (1.0F + cpu::vec::erf(x * 0.70710678118654752F)); }
 inline float sigmoid(float x) { return 1.0F / (1.0F + cpu::vec::exp(-x)); }
-// PyTorch's: hardsigmoid(x) = clamp(x / 6 + 1/2, 0, 1); hardswish(x) = x * relu6(x + 3) / 6.
-inline float hardsigmoid(float x) { return std::fmin(std::fmax(x + 3.0F, 0.0F), 6.0F) / 6.0F; }
-inline float hardswish(float x) { return x * std::fmin(std::fmax(x + 3.0F, 0.0F), 6.0F) / 6.0F; }
+// Note [A NaN passes through relu and clamp]
+// PyTorch's relu, relu6, hardsigmoid and hardswish return NaN for NaN (its
+// vectorized maximum and minimum propagate it) and relu keeps -0.0's sign.
+// std::fmax and std::fmin return the other operand for a NaN, so the clamps
+// here are written as comparisons that fail for NaN and leave x: relu(NaN)
+// was 0 and hardsigmoid(NaN) 0, silently. As selects they also vectorize,
+// where fmaxf and fminf were library calls per value (a quarter of
+// mobilenet_v3_small's samples in `perf`). The codegen prelude
+// (src/codegen/region.cpp) spells the same.
+inline float relu(float x) { return x < 0.0F ? 0.0F : x; }
+inline float relu6(float x) { return x < 0.0F ? 0.0F : (x > 6.0F ? 6.0F : x); }
+// PyTorch's: hardsigmoid(x) = relu6(x + 3) / 6; hardswish(x) = x * relu6(x + 3) / 6.
+inline float hardsigmoid(float x) { return relu6(x + 3.0F) / 6.0F; }
+inline float hardswish(float x) { return x * relu6(x + 3.0F) / 6.0F; }
 
 inline float unary(int fn, float x) {
   switch (fn) {
@@ -31,7 +42,7 @@ inline float unary(int fn, float x) {
     case fused::kErf:
       return cpu::vec::erf(x);
     case fused::kRelu:
-      return x > 0.0F ? x : 0.0F;
+      return relu(x);
     case fused::kSilu:
       return silu(x);
     case fused::kGelu:
