@@ -484,6 +484,35 @@ TEST(ops_mean, over_dims_with_and_without_keepdim) {
   }
 }
 
+// Long rows of adjacent values take kLanes sums side by side
+// (src/kernels/cpu/reduce.cpp); a global pooling's rows of 99 with a tail,
+// one holding a NaN, f32 and bf16.
+TEST(ops_mean, long_rows_of_a_global_pooling) {
+  std::mt19937 rng(83);
+  const Dims shape = {3, 7, 9, 11};
+  auto x = sgtest::random_floats(rng, ref::numel(shape), -2.0F, 2.0F);
+  x[static_cast<std::size_t>((1 * 7 + 4) * 99 + 50)] = std::numeric_limits<float>::quiet_NaN();
+  const auto want = ref::mean(x, shape, {false, false, true, true});
+  const auto got = ops::mean(make(x, shape), {2, 3}, false).to_floats();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (i == 1 * 7 + 4) {
+      EXPECT_TRUE(std::isnan(got[i]));
+    } else {
+      EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+    }
+  }
+  std::vector<float> stored;
+  const Tensor h = make(x, shape, DType::bf16, &stored);
+  const auto hw = ref::mean(stored, shape, {false, false, true, true});
+  const auto hg = ops::mean(h, {-1, -2}, true).to_floats();
+  for (std::size_t i = 0; i < hg.size(); ++i) {
+    if (!std::isnan(hw[i])) {
+      EXPECT_NEAR(hg[i], hw[i], 8e-3) << i;
+    }
+  }
+}
+
 TEST(ops_mean, strided_input_half_precision_and_empty_reductions) {
   std::mt19937 rng(82);
   const Dims shape = {2, 3, 4, 5};
