@@ -398,6 +398,21 @@ TEST(ops_max_pool2d, padding_is_minus_infinity_and_nan_wins) {
   EXPECT_TRUE(std::isnan(out[1]));
   EXPECT_EQ(out[2], 8.0F);
   EXPECT_EQ(out[3], 9.0F);
+  // Where +0 and -0 tie, the first in row-major order is kept, as torch's
+  // loop keeps it (torch.nn.functional.max_pool2d gives -0.0 for each of
+  // these windows: -0 in the top row's right column, +0 in the bottom row's
+  // left; Note [Pooling a window in two passes]).
+  std::vector<float> ties(2 * 20, -1.0F);
+  for (std::size_t j = 0; j < 10; ++j) {
+    ties[2 * j + 1] = -0.0F;
+    ties[20 + 2 * j] = 0.0F;
+  }
+  const auto tied = ops::max_pool2d(make(ties, {1, 1, 2, 20}), 2, 2, 2, 2).to_floats();
+  ASSERT_EQ(tied.size(), 10U);
+  for (const float t : tied) {
+    EXPECT_EQ(t, 0.0F);
+    EXPECT_TRUE(std::signbit(t));
+  }
   // A wide row: a NaN inside, one at the left edge; 3x3, stride 1, padding 1.
   std::vector<float> wide(3 * 20);
   for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<float>(i % 7);

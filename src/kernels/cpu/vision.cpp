@@ -112,11 +112,16 @@ float max_or_nan(float best, float v) { return (v > best || v != v) ? v : best; 
 }  // namespace
 
 // Note [Pooling a window in two passes]
-// max_pool2d takes an output row's window in two steps: the maximum down the
-// window's rows for every input column (one pass over adjacent values,
-// which vectorizes), then across each output's columns of that row. The
-// maximum is the same in any order, and a NaN anywhere in the window
-// yields NaN either way.
+// max_pool2d takes an output row's windows one input row at a time: first
+// the maximum across each output's columns of that row (the outputs whose
+// window lies inside the row one tap at a time across them, a loop the
+// compiler vectorizes; those at the edges over the taps inside), then the
+// running maximum over the window's rows (a pass over adjacent outputs).
+// A later value replaces the maximum only when greater (or NaN) in both
+// passes, so the value kept is the one PyTorch's loop keeps, row by row
+// and column by column: the same bits, a tie between +0.0 and -0.0 and
+// which NaN included. (Maxing down the columns first, as a first version
+// did, kept the first zero of the first column instead.)
 
 // tensors (x, out), x [N, C, H, W] or [C, H, W]; scalars (kh, kw, sh, sw, ph,
 // pw, dh, dw) (Note [Kernel scalars]: ceil_mode only sized the output). As
@@ -142,18 +147,20 @@ void max_pool2d(const ArgBlock& args, KernelContext& ctx) {
   const std::int64_t j_lo = std::min(ow, (pw + sw - 1) / sw);
   const std::int64_t last = w - 1 - (kw - 1) * dw + pw;  // the largest j * sw allowed
   const std::int64_t j_hi = last < 0 ? j_lo : std::clamp(last / sw + 1, j_lo, ow);
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
   dispatch_float(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data) + x.offset;
     T* po = static_cast<T*>(out.data) + out.offset;
     parallel_for(ctx, batch * channels,
                  std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(oh * ow, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
-                   // One input row's column maxima and the output row; per thread
-                   // (helpers included).
+                   // One input row (as f32, adjacent), its outputs' maxima across
+                   // columns, and the output row; per thread (helpers included).
                    thread_local std::vector<float> buffer;
-                   buffer.resize(static_cast<std::size_t>(w + ow));
-                   float* cm = buffer.data();
-                   float* orow = cm + w;
+                   buffer.resize(static_cast<std::size_t>(w + 2 * ow));
+                   float* in = buffer.data();
+                   float* across = in + w;
+                   float* orow = across + ow;
                    for (std::int64_t plane = begin; plane < end; ++plane) {
                      const std::int64_t n = plane / channels, c = plane % channels;
                      const T* src = px + n * xs_n + c * xs_c;
@@ -162,37 +169,31 @@ void max_pool2d(const ArgBlock& args, KernelContext& ctx) {
                        const std::int64_t h0 = i * sh - ph;
                        std::int64_t a0 = 0, a1 = 0;
                        taps_inside(h0, dh, kh, h, a0, a1);
-                       std::fill(cm, cm + w, -std::numeric_limits<float>::infinity());
+                       std::fill(orow, orow + ow, kLowest);
                        for (std::int64_t a = a0; a < a1; ++a) {
                          const T* row = src + (h0 + a * dh) * xs_h;
-                         if (xs_w == 1) {
-                           for (std::int64_t col = 0; col < w; ++col)
-                             cm[col] = max_or_nan(cm[col], load(row + col));
-                         } else {
-                           for (std::int64_t col = 0; col < w; ++col)
-                             cm[col] = max_or_nan(cm[col], load(row + col * xs_w));
+                         for (std::int64_t col = 0; col < w; ++col)
+                           in[col] = load(row + col * xs_w);
+                         std::fill(across + j_lo, across + j_hi, kLowest);
+                         for (std::int64_t b = 0; b < kw; ++b) {
+                           const std::int64_t shift = b * dw - pw;
+                           for (std::int64_t j = j_lo; j < j_hi; ++j)
+                             across[j] = max_or_nan(across[j], in[j * sw + shift]);
                          }
+                         const auto edge = [&](std::int64_t j) {
+                           const std::int64_t w0 = j * sw - pw;
+                           std::int64_t b0 = 0, b1 = 0;
+                           taps_inside(w0, dw, kw, w, b0, b1);
+                           float best = kLowest;
+                           for (std::int64_t b = b0; b < b1; ++b)
+                             best = max_or_nan(best, in[w0 + b * dw]);
+                           across[j] = best;
+                         };
+                         for (std::int64_t j = 0; j < j_lo; ++j) edge(j);
+                         for (std::int64_t j = j_hi; j < ow; ++j) edge(j);
+                         for (std::int64_t j = 0; j < ow; ++j)
+                           orow[j] = max_or_nan(orow[j], across[j]);
                        }
-                       // Outputs whose window lies inside the row take every tap, one
-                       // tap at a time across them (a loop the compiler vectorizes);
-                       // those at the edges take the taps inside.
-                       std::fill(orow + j_lo, orow + j_hi, -std::numeric_limits<float>::infinity());
-                       for (std::int64_t b = 0; b < kw; ++b) {
-                         const std::int64_t shift = b * dw - pw;
-                         for (std::int64_t j = j_lo; j < j_hi; ++j)
-                           orow[j] = max_or_nan(orow[j], cm[j * sw + shift]);
-                       }
-                       const auto edge = [&](std::int64_t j) {
-                         const std::int64_t w0 = j * sw - pw;
-                         std::int64_t b0 = 0, b1 = 0;
-                         taps_inside(w0, dw, kw, w, b0, b1);
-                         float best = -std::numeric_limits<float>::infinity();
-                         for (std::int64_t b = b0; b < b1; ++b)
-                           best = max_or_nan(best, cm[w0 + b * dw]);
-                         orow[j] = best;
-                       };
-                       for (std::int64_t j = 0; j < j_lo; ++j) edge(j);
-                       for (std::int64_t j = j_hi; j < ow; ++j) edge(j);
                        for (std::int64_t j = 0; j < ow; ++j)
                          store(dst + i * os_h + j * os_w, orow[j]);
                      }
