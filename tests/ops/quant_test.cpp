@@ -430,6 +430,7 @@ TEST(ops_quant, calls_of_any_size_in_any_order_give_their_own_values) {
     }
     inputs.push_back({xt, weight_of(cs.f, random_blocks(cs.f, cs.n, cs.k, seed), cs.n, cs.k)});
   }
+  sg::current_stream().synchronize();  // the inputs' copies, before other streams read them
   const auto run = [&](std::size_t c) {
     return ops::linear_q(inputs[c].x, inputs[c].w, cases[c].f).to_floats();
   };
