@@ -52,7 +52,8 @@ std::vector<std::string> GraphCompiler::pipeline() const {
   if (!config_.force_eager && config_.mode != Mode::eager) {
     out.emplace_back("dce");
     out.emplace_back("cse");
-    // Its rewritten weights are params only: constant folding evaluates them.
+    // Its rewritten weights are params only: constant folding evaluates them
+    // once under frozen_parameter (Note [Folding a batch norm per call]).
     if (config_.mode == Mode::max_autotune) out.emplace_back("fold_conv_batch_norm");
     out.emplace_back("constant_folding");
     if (config_.remove_noop_ops) out.emplace_back("remove_noop_ops");

@@ -100,17 +100,60 @@ TEST(passes_conv, fold_conv_batch_norm_takes_a_constant_zero_bias) {
   EXPECT_TRUE(close_results(g, *after, named, ctx));
 }
 
-TEST(passes_conv, fold_conv_batch_norm_needs_frozen_params) {
+// Without frozen params the fold stays in the graph and runs per call
+// (Note [Folding a batch norm per call]): what a param holds at the call is
+// what the convolution uses.
+TEST(passes_conv, fold_conv_batch_norm_without_frozen_params_runs_per_call) {
+  for (const std::int64_t groups : {1, 4}) {
+    SCOPED_TRACE(groups);
+    ConvBn m(groups);  // w: 8 * 4/groups * 9 elements, c: 2 * 8 * 36 (cheaper to fold)
+    m.g.outputs = {m.bn};
+    const NamedInputs named = bn_inputs(m.g, 12);
+    passes::PassContext ctx = param_context(m.g, named, /*frozen=*/false);
+    const auto folded = run_pass(m.g, "fold_conv_batch_norm", ctx);
+    EXPECT_EQ(count_op(*folded, "batch_norm"), 0U);
+    EXPECT_EQ(count_op(*folded, "conv2d"), 1U);
+    const auto after = run_pass(*folded, "constant_folding", ctx);
+    EXPECT_EQ(count_op(*after, "mul"), 3U);  // the scale, the weight and the bias
+    EXPECT_FALSE(ctx.param_data.contains("folded0"));
+    EXPECT_TRUE(close_results(m.g, *after, named, ctx));
+    // Every param changed after the compile: the folded graph follows.
+    NamedInputs changed = bn_inputs(m.g, 99);
+    changed["x"] = named.at("x");
+    const passes::PassContext now = param_context(m.g, changed, /*frozen=*/false);
+    EXPECT_TRUE(close_results(m.g, *after, changed, now));
+  }
+  // Frozen, but a param without data: constant folding could not evaluate the
+  // fold, so it too stays per call.
   ConvBn m;
   m.g.outputs = {m.bn};
-  const NamedInputs named = bn_inputs(m.g, 12);
-  passes::PassContext ctx = param_context(m.g, named, /*frozen=*/false);
-  const auto after = run_pass(m.g, "fold_conv_batch_norm", ctx);
-  EXPECT_EQ(ir::print(*after), ir::print(m.g));
-  // Frozen, but a param without data (constant folding could not evaluate the fold).
+  const NamedInputs named = bn_inputs(m.g, 13);
   passes::PassContext partial = param_context(m.g, named, /*frozen=*/true);
   partial.param_data.erase("var");
-  EXPECT_EQ(ir::print(*run_pass(m.g, "fold_conv_batch_norm", partial)), ir::print(m.g));
+  const auto after =
+      run_pass(*run_pass(m.g, "fold_conv_batch_norm", partial), "constant_folding", partial);
+  EXPECT_EQ(count_op(*after, "batch_norm"), 0U);
+  EXPECT_EQ(count_op(*after, "rsqrt"), 1U);
+}
+
+// Per call, a weight larger than the convolution's result costs more to
+// rescale than the batch_norm does to run: it stays (late layers over small
+// images). Frozen, the fold is free and always made.
+TEST(passes_conv, fold_conv_batch_norm_per_call_only_where_it_is_cheaper) {
+  ir::Graph g;
+  ir::Value* x = g.add_input("x", meta({SymInt::symbol("s0"), 16, 2, 2}), ir::InputKind::input);
+  ir::Value* w = g.add_input("w", meta({8, 16, 3, 3}), ir::InputKind::param);  // 1152
+  ir::Value* b = g.add_input("b", meta({8}), ir::InputKind::param);
+  std::vector<ir::Value*> p;
+  for (const char* name : {"mean", "var", "weight", "bias"})
+    p.push_back(g.add_input(name, meta({8}), ir::InputKind::param));
+  ir::Value* c = add(g, "conv2d", {x, w, b}, conv_attrs(1, 1, 1), "c");  // s0 * 32
+  g.outputs = {add(g, "batch_norm", {c, p[0], p[1], p[2], p[3]}, {{"eps", 1e-5}}, "y")};
+  const NamedInputs named = bn_inputs(g, 21);
+  passes::PassContext per_call = param_context(g, named, /*frozen=*/false);
+  EXPECT_EQ(ir::print(*run_pass(g, "fold_conv_batch_norm", per_call)), ir::print(g));
+  passes::PassContext frozen = param_context(g, named, /*frozen=*/true);
+  EXPECT_EQ(count_op(*run_pass(g, "fold_conv_batch_norm", frozen), "batch_norm"), 0U);
 }
 
 TEST(passes_conv, fold_conv_batch_norm_leaves_unsound_patterns_alone) {
