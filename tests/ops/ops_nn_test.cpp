@@ -147,6 +147,33 @@ TEST(ops_norm, non_contiguous_inputs_and_weights) {
                         ref::layer_norm(v, vw, vb, 1e-5), kRowRtol, kRowAtol));
 }
 
+// Note [A layer norm over channels] (rows.cpp): ConvNeXt normalizes an NCHW
+// activation over its channels through permute(0, 2, 3, 1), rows strided by
+// H * W. Each row must equal the same row normalized dense, bitwise, on any
+// number of threads, and the reference.
+TEST(ops_norm, layer_norm_over_the_channels_of_a_channels_first_tensor) {
+  std::mt19937 rng(47);
+  for (const Dims& nchw : {Dims{1, 96, 7, 9}, Dims{2, 20, 5, 3}, Dims{1, 3, 1, 1}}) {
+    SCOPED_TRACE(sgtest::str(nchw));
+    const std::int64_t c = nchw[1];
+    const auto base = sgtest::random_floats(rng, ref::numel(nchw), -2.0F, 3.0F);
+    const auto w = sgtest::random_floats(rng, c, 0.5F, 1.5F);
+    const auto b = sgtest::random_floats(rng, c);
+    const Tensor x = ops::permute(make(base, nchw), {0, 2, 3, 1});  // [N, H, W, C] view
+    const Tensor dense = ops::contiguous(x);
+    const Tensor want = ops::layer_norm(dense, make(w, {c}), make(b, {c}), 1e-6);
+    const sgtest::ThreadCount restore;
+    for (const int threads : {1, 2}) {
+      sinkgraph::set_num_threads(threads);
+      const Tensor got = ops::layer_norm(x, make(w, {c}), make(b, {c}), 1e-6);
+      EXPECT_EQ(sgtest::dims_of(got), sgtest::dims_of(want));
+      EXPECT_EQ(got.to_floats(), want.to_floats());
+    }
+    const auto v = ref::permute(base, nchw, {0, 2, 3, 1});
+    EXPECT_TRUE(all_close(want.to_floats(), ref::layer_norm(v, w, b, 1e-6), kRowRtol, kRowAtol));
+  }
+}
+
 TEST(ops_norm, half_dtypes) {
   std::mt19937 rng(46);
   for (const DType dt : {DType::f16, DType::bf16}) {

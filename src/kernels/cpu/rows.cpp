@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "../counter_rng.h"
 #include "common.h"
@@ -108,6 +109,29 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx) {
     auto* po = static_cast<float*>(o.data);
     parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
       layer_norm_row_f32(px + xo, pw, pb, po + oo, n, eps);
+    });
+    return;
+  }
+  // Note [A layer norm over channels]
+  // A channels-first activation normalized over its channels (ConvNeXt's
+  // permute(0, 2, 3, 1) before each LayerNorm) has its rows strided by H * W
+  // and adjacent rows side by side. Each row is gathered into a buffer and
+  // normalized by the same row function as a dense row: the same value,
+  // bitwise, for the same numbers in any layout, at the speed of the lanes.
+  // The loads of one row touch n cache lines, which the next rows (the next
+  // positions) read again from L1/L2, so the gather is all the strided rows
+  // cost: 3x faster than the scalar strided loop below on ConvNeXt's layers
+  // (docs/performance.md).
+  if (x.dtype == DType::f32 && unit_f32_rows(o) && unit_f32_rows(w) && unit_f32_rows(b)) {
+    const auto* px = static_cast<const float*>(x.data);
+    const float* pw = static_cast<const float*>(w.data) + w.offset;
+    const float* pb = static_cast<const float*>(b.data) + b.offset;
+    auto* po = static_cast<float*>(o.data);
+    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
+      thread_local std::vector<float> row;
+      if (row.size() < static_cast<std::size_t>(n)) row.resize(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) row[i] = px[xo + i * xs];
+      layer_norm_row_f32(row.data(), pw, pb, po + oo, n, eps);
     });
     return;
   }
