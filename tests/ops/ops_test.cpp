@@ -9,6 +9,7 @@
 
 #include "ops/reference.h"
 #include "sinkgraph/tensor.h"
+#include "thread_count.h"
 
 namespace {
 
@@ -128,6 +129,62 @@ TEST(ops_elementwise, binary_integer_dtypes) {
   const std::int64_t big = (std::int64_t{1} << 40) + 1;
   const Tensor a = Tensor::from_ints({big}, {1});
   EXPECT_EQ(ops::add(a, a).to_ints(), (std::vector<std::int64_t>{2 * big}));
+}
+
+// Note [A broadcast row] (elementwise.cpp): an operand with the output's
+// trailing dims against one of its whole shape runs block by block across the
+// compute threads. Large enough to split, in both operand orders (sub and div
+// are not symmetric), with leading ones, a scalar, a half dtype and i64
+// values f32 cannot hold; each equal to the reference elementwise.
+TEST(ops_elementwise, a_broadcast_row_on_one_and_two_threads) {
+  std::mt19937 rng(8);
+  const sgtest::ThreadCount restore;
+  const std::vector<BinaryCase> cases = {{{300, 384}, {384}},       {{2, 50, 7, 96}, {96}},
+                                         {{40, 3, 96}, {1, 1, 96}}, {{100000}, {1}},
+                                         {{3, 4000}, {1, 1}},       {{64, 9, 33}, {9, 33}}};
+  const auto sub = [](float x, float y) { return x - y; };
+  const auto div = [](float x, float y) { return x / y; };
+  for (const int threads : {1, 2}) {
+    sinkgraph::set_num_threads(threads);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(sgtest::str(c.a) + " with " + sgtest::str(c.b) + ", threads " +
+                   std::to_string(threads));
+      const auto va = sgtest::random_floats(rng, ref::numel(c.a), -2.0F, 2.0F);
+      const auto vb = sgtest::random_floats(rng, ref::numel(c.b), 0.5F, 2.0F);
+      const Tensor a = make(va, c.a);
+      const Tensor b = make(vb, c.b);
+      EXPECT_TRUE(all_close(ops::sub(a, b).to_floats(), ref::binary(va, c.a, vb, c.b, sub), kExact,
+                            kExact));
+      EXPECT_TRUE(all_close(ops::div(b, a).to_floats(), ref::binary(vb, c.b, va, c.a, div), kExact,
+                            kExact));
+      // bf16: the op on the rounded values, rounded once.
+      std::vector<float> ra, rb;
+      const Tensor ha = make(va, c.a, DType::bf16, &ra);
+      const Tensor hb = make(vb, c.b, DType::bf16, &rb);
+      const Tensor got = ops::sub(hb, ha);
+      EXPECT_EQ(got.dtype(), DType::bf16);
+      const auto want =
+          make(ref::binary(rb, c.b, ra, c.a, sub), ref::broadcast(c.a, c.b), DType::bf16);
+      EXPECT_EQ(got.to_floats(), want.to_floats());
+    }
+  }
+  // i64 past f32's integers, the row second and first.
+  const std::int64_t big = (std::int64_t{1} << 40) + 1;
+  std::vector<std::int64_t> full(4 * 20000);
+  for (std::size_t i = 0; i < full.size(); ++i) full[i] = big + static_cast<std::int64_t>(i);
+  const Tensor a = Tensor::from_ints(full, {20000, 4});
+  const Tensor row = Tensor::from_ints({big, -big, 3, -1}, {4});
+  const auto rv = row.to_ints();
+  for (const int threads : {1, 2}) {
+    sinkgraph::set_num_threads(threads);
+    const auto sum = ops::add(a, row).to_ints();
+    const auto diff = ops::sub(row, a).to_ints();
+    for (std::size_t i = 0; i < full.size(); ++i) {
+      const std::int64_t r = rv[i % 4];
+      ASSERT_EQ(sum[i], full[i] + r) << i;
+      ASSERT_EQ(diff[i], r - full[i]) << i;
+    }
+  }
 }
 
 // torch.where: cond broadcast against both operands, elements copied as they
