@@ -162,6 +162,18 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 // over three rounds, the same ids: 3.78-4.05 -> 4.89-5.01 tokens/s on 1
 // thread and 5.71-5.76 -> 6.25-6.38 on 2 with one row at a time, which is
 // the path now.
+//
+// The prefetch brings the line into L2 (the T1 hint), not L1 (T0). On the
+// Intel VM the hints measured alike (above). On a second AMD EPYC VM with
+// AVX-512, whose one thread reads 21-25 GB/s, a standalone sum of 1.1 GB of
+// 8 KiB rows (nine rounds per variant, interleaved, two runs, medians): T0
+// 4 KiB ahead 20.2 and 21.8 GB/s, no prefetch 22.8 and 24.7, T1 24.1 and
+// 25.3, T2 23.9 and 25.2; T0 at 1, 2 or 8 KiB, or on every line, 18.7-22.3.
+// The 1.1B decode there, T0 against T1 alternated over four rounds (16
+// steps): 4.82-4.92 -> 5.65-5.87 tokens/s on 1 thread, 7.03-7.13 ->
+// 6.85-7.55 on 2 (docs/performance.md, "The streamed weight prefetched into
+// L2"). The quantized kernels' prefetch (Note [Prefetching a row of blocks]
+// in quant.h) keeps T0: T1 there measured no better.
 inline constexpr std::int64_t kStreamPrefetchBytes = 4096;
 #endif
 template <int R, bool kPrefetch = false>
@@ -172,7 +184,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
   __m512 pq[R] = {};
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     if constexpr (kPrefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(a + i) + kStreamPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(a + i) + kStreamPrefetchBytes, _MM_HINT_T1);
     }
     const __m512 va = _mm512_loadu_ps(a + i);
 #pragma GCC unroll 8
@@ -233,7 +245,12 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
 // weight loads). On an AMD EPYC VM with AVX-512, batch 16 there went from
 // 3,588-3,722 to 4,813-5,541 tokens/s on 2 threads (docs/performance.md,
 // "Prefetching the next weight rows"). Prefetching eight rows ahead
-// measured the same. The sums are the same either way.
+// measured the same. The sums are the same either way. The hint is T1, into
+// L2 (the first pass's own loads then bring the lines into L1): on the
+// second AMD VM of Note [Prefetching a streamed weight], T0 against T1
+// alternated over four rounds, batch 16 on the built-in model went from
+// 2,073-2,180 to 2,621-2,722 tokens/s on 2 threads and from 1,133-1,163 to
+// 1,425-1,534 on 1.
 template <int R, bool kPrefetchNext = false>
 inline void dot_rows_block4(const float* w, std::int64_t ldw, const float* const* x, std::int64_t n,
                             float* const* out) {
@@ -244,7 +261,7 @@ inline void dot_rows_block4(const float* w, std::int64_t ldw, const float* const
     if constexpr (kPrefetchNext) {
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (4 + r) * ldw + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (4 + r) * ldw + i), _MM_HINT_T1);
     }
     __m512 vw[4], vx[R];
 #pragma GCC unroll 4
