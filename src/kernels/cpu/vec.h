@@ -165,10 +165,11 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 //
 // The prefetch brings the line into L2 (the T1 hint), not L1 (T0). On the
 // Intel VM the hints measured alike (above). On a second AMD EPYC VM with
-// AVX-512, whose one thread reads 21-25 GB/s, a standalone sum of 1.1 GB of
-// 8 KiB rows (nine rounds per variant, interleaved, two runs, medians): T0
-// 4 KiB ahead 20.2 and 21.8 GB/s, no prefetch 22.8 and 24.7, T1 24.1 and
-// 25.3, T2 23.9 and 25.2; T0 at 1, 2 or 8 KiB, or on every line, 18.7-22.3.
+// AVX-512, whose one thread reads 31-33 GB/s, a standalone sum of 1.1 GB of
+// 8 KiB rows in 2 MiB pages (nine rounds per variant, interleaved, two
+// runs, medians): T0 4 KiB ahead 25.7 and 26.9 GB/s, no prefetch 27.4 and
+// 28.5, T1 30.3 and 30.6, T2 29.3 and 30.6; T0 at 1, 2 or 8 KiB, or on
+// every line, 22.1-28.1 (in 4 KiB pages the same order, each lower).
 // The 1.1B decode there, T0 against T1 alternated over four rounds (16
 // steps): 4.82-4.92 -> 5.65-5.87 tokens/s on 1 thread, 7.03-7.13 ->
 // 6.85-7.55 on 2 (docs/performance.md, "The streamed weight prefetched into
