@@ -164,7 +164,7 @@ inline float dot(const float* a, const float* b, std::int64_t n) {
 // the path now.
 //
 // The prefetch brings the line into L2 (the T1 hint), not L1 (T0). On the
-// Intel VM the hints measured alike (above). On a second AMD EPYC VM with
+// Intel VM the hints measured alike (above). On another AMD EPYC VM with
 // AVX-512, whose one thread reads 31-33 GB/s, a standalone sum of 1.1 GB of
 // 8 KiB rows in 2 MiB pages (nine rounds per variant, interleaved, two
 // runs, medians): T0 4 KiB ahead 25.7 and 26.9 GB/s, no prefetch 27.4 and
@@ -248,7 +248,7 @@ inline void dot_rows(const float* a, const float* const* b, std::int64_t n, floa
 // "Prefetching the next weight rows"). Prefetching eight rows ahead
 // measured the same. The sums are the same either way. The hint is T1, into
 // L2 (the first pass's own loads then bring the lines into L1): on the
-// second AMD VM of Note [Prefetching a streamed weight], T0 against T1
+// T1 paragraph's VM in Note [Prefetching a streamed weight], T0 against T1
 // alternated over four rounds, batch 16 on the built-in model went from
 // 2,073-2,180 to 2,621-2,722 tokens/s on 2 threads and from 1,133-1,163 to
 // 1,425-1,534 on 1.
