@@ -102,16 +102,9 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx) {
   const std::int64_t ws = last_stride(w);
   const std::int64_t bs = last_stride(b);
   const std::int64_t os = last_stride(o);
-  if (unit_f32_rows(x) && unit_f32_rows(o) && unit_f32_rows(w) && unit_f32_rows(b)) {
-    const auto* px = static_cast<const float*>(x.data);
-    const float* pw = static_cast<const float*>(w.data) + w.offset;
-    const float* pb = static_cast<const float*>(b.data) + b.offset;
-    auto* po = static_cast<float*>(o.data);
-    parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
-      layer_norm_row_f32(px + xo, pw, pb, po + oo, n, eps);
-    });
-    return;
-  }
+  // f32 rows with adjacent values are normalized in place; strided ones are
+  // gathered first (below).
+  //
   // Note [A layer norm over channels]
   // A channels-first activation normalized over its channels (ConvNeXt's
   // permute(0, 2, 3, 1) before each LayerNorm) has its rows strided by H * W
@@ -128,6 +121,10 @@ void layer_norm(const ArgBlock& args, KernelContext& ctx) {
     const float* pb = static_cast<const float*>(b.data) + b.offset;
     auto* po = static_cast<float*>(o.data);
     parallel_last_dim_rows(ctx, x, o, n, [&](std::int64_t xo, std::int64_t oo) {
+      if (xs == 1) {
+        layer_norm_row_f32(px + xo, pw, pb, po + oo, n, eps);
+        return;
+      }
       thread_local std::vector<float> row;
       if (row.size() < static_cast<std::size_t>(n)) row.resize(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i) row[i] = px[xo + i * xs];
