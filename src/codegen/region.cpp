@@ -177,6 +177,34 @@ constexpr const char* kQuantPrelude = R"(#if defined(__AVX2__) && defined(__FMA_
 #pragma GCC optimize("no-associative-math")
 namespace {
 inline void sg_quantize32(const float* x, signed char* q, float* d) {
+#if defined(__AVX2__) && defined(__FMA__)
+  // quant::quantize_block_avx2's steps: the same bits as the loop below.
+  __m256 v[4];
+  __m256 amax8 = _mm256_setzero_ps();
+  __m256 finite8 = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[i]);
+    finite8 = _mm256_and_ps(finite8, _mm256_cmp_ps(a, _mm256_set1_ps(3.40282347e+38f), _CMP_LE_OQ));
+    amax8 = _mm256_max_ps(amax8, a);
+  }
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  const float amax = _mm_cvtss_f32(h);
+  const bool finite = _mm256_movemask_ps(finite8) == 0xFF;
+  if (!finite || amax < 0x1p-100f) {
+    *d = finite ? 0.0f : __builtin_nanf("");
+    for (int j = 0; j < 32; ++j) q[j] = 0;
+    return;
+  }
+  *d = amax / 127.0f;
+  const __m256 id = _mm256_set1_ps(127.0f / amax);
+  __m256i n[4];
+  for (int i = 0; i < 4; ++i) n[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(n[0], n[1]), _mm256_packs_epi32(n[2], n[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+#else
   float amax = 0.0f;
   int finite = 1;
   for (int j = 0; j < 32; ++j) {
@@ -192,6 +220,7 @@ inline void sg_quantize32(const float* x, signed char* q, float* d) {
   *d = amax / 127.0f;
   const float id = 127.0f / amax;
   for (int j = 0; j < 32; ++j) q[j] = static_cast<signed char>(static_cast<int>(__builtin_nearbyintf(x[j] * id)));
+#endif
 }
 // A quantized block's eight Q4_0 offsets: -8 times each lane's sum.
 inline void sg_q4_offsets(const signed char* q, int* o) {

@@ -261,6 +261,14 @@ TEST_F(CodegenTest, generated_quantized_products_are_the_kernels_bits) {
         auto c = check(fn, {{rnd({rows, k}, static_cast<std::uint32_t>(rows + k))}}, 0.0F);
         EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
       }
+      // The quantizer's edges: a block below the tiny bound (zeros), and
+      // one whose values lie halfway between two steps (rounded to even).
+      std::vector<float> edges = rnd({1, k}, 77).to_floats();
+      for (std::int64_t j = 32; j < 64; ++j) edges[j] = 1e-39F * static_cast<float>(j - 40);
+      for (std::int64_t j = 64; j < 96; ++j) edges[j] = static_cast<float>(j % 9) - 4.5F;
+      edges[64] = 127.0F;
+      auto c = check(fn, {{sg::Tensor::from_floats(edges, {1, k})}}, 0.0F);
+      EXPECT_EQ(c->counters().codegen_kernels, 1) << c->explain(true);
     }
   }
 }

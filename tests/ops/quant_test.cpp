@@ -294,7 +294,7 @@ TEST_P(QuantLinear, non_finite_activations_give_nan_and_tiny_blocks_count_as_zer
     for (std::int64_t j = 32; j < 64; ++j) z[j] = 0;
     return ops::linear_q(Tensor::from_floats(z, {1, k}), w, f).to_floats();
   }();
-  for (std::int64_t j = 32; j < 64; ++j) x[j] = 1e-31F * static_cast<float>(j - 40);
+  for (std::int64_t j = 32; j < 64; ++j) x[j] = 1e-39F * static_cast<float>(j - 40);
   EXPECT_EQ(ops::linear_q(Tensor::from_floats(x, {1, k}), w, f).to_floats(), zeroed);
 }
 
@@ -324,6 +324,60 @@ TEST(ops_quant, activations_quantize_within_half_a_step) {
 }
 
 #if SG_QUANT_VECTOR
+// The vector quantizer gives the portable one's bits (values, scale and
+// Q4_0 offsets) for blocks of every magnitude, values halfway between two
+// steps (rounded to even by both), the largest |x| anywhere in the block,
+// and blocks with an infinity, a NaN or nothing above the tiny bound
+// (zeros, checked as such).
+TEST(ops_quant, vector_quantizer_gives_the_portable_bits) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> exponent(-110.0F, 110.0F);
+  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+  std::uniform_int_distribution<int> step(-127, 127);
+  std::uniform_int_distribution<int> position(0, 31);
+  for (int trial = 0; trial < 20000; ++trial) {
+    float x[32];
+    const int kind = trial % 5;
+    if (kind == 3) {
+      // Halfway values: amax 127 (id = 1), so x * id = step + 0.5 exactly.
+      for (float& v : x) v = static_cast<float>(step(rng)) + 0.5F;
+      x[position(rng)] = (trial % 2 == 0) ? 127.0F : -127.0F;
+    } else {
+      // kind 2: every |x| below the tiny bound, 2^-100
+      const float magnitude = kind == 2 ? std::exp2(-101.0F - std::fabs(0.1F * exponent(rng)))
+                                        : std::exp2(exponent(rng));
+      for (float& v : x) v = u(rng) * magnitude;
+    }
+    if (kind == 4) {
+      const float bad[] = {std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+      x[position(rng)] = bad[trial % 3];
+    }
+    std::int8_t want_q[32];
+    float want_d = 0;
+    std::int32_t want_offsets[8];
+    quant::quantize_block_portable(x, want_q, &want_d);
+    quant::q4_offsets_portable(want_q, want_offsets);
+    if (kind == 2) {  // zeros, as the note says
+      ASSERT_EQ(want_d, 0.0F) << "trial " << trial;
+      ASSERT_TRUE(std::all_of(want_q, want_q + 32, [](std::int8_t v) { return v == 0; }));
+    }
+    std::int8_t got_q[32];
+    float got_d = 0;
+    std::int32_t got_offsets[8];
+    quant::quantize_row(x, 32, got_q, &got_d, got_offsets);
+    ASSERT_EQ(std::memcmp(got_q, want_q, sizeof got_q), 0) << "trial " << trial;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got_d), std::bit_cast<std::uint32_t>(want_d))
+        << "trial " << trial;
+    ASSERT_EQ(std::memcmp(got_offsets, want_offsets, sizeof got_offsets), 0) << "trial " << trial;
+    std::int8_t alone[32];
+    float alone_d = 0;
+    quant::quantize_block(x, alone, &alone_d);
+    ASSERT_EQ(std::memcmp(alone, want_q, sizeof alone), 0) << "trial " << trial;
+  }
+}
+
 // The vector path's weight values are the portable decoding's, for every
 // byte value: Q8_0's bytes as loaded, Q4_0's nibbles (q4_nibbles, Note
 // [Q4_0's nibbles as they are]) the portable values plus 8.
