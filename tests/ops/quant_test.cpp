@@ -333,7 +333,7 @@ TEST(ops_quant, vector_quantizer_gives_the_portable_bits) {
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> exponent(-110.0F, 110.0F);
   std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-  std::uniform_int_distribution<int> step(-127, 127);
+  std::uniform_int_distribution<int> step(-127, 126);  // x within [-126.5, 126.5]
   std::uniform_int_distribution<int> position(0, 31);
   for (int trial = 0; trial < 20000; ++trial) {
     float x[32];
