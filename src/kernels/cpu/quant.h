@@ -150,7 +150,10 @@ inline void q4_offsets_portable(const std::int8_t* q, std::int32_t* offset) {
 // quantizer took 2.7% as many samples as the products themselves in a
 // perf profile of a Q4_0 decode on the 1.1B shape (1 thread); in
 // registers, 0.24% (docs/performance.md, "Activations quantized in
-// registers").
+// registers"). Max-autotune's generated code carries the same steps in its
+// prelude (sg_quantize32 in src/codegen/region.cpp, compiled at run time
+// without this header); a change here is a change there, and
+// tests/codegen/codegen_test.cpp compares the two bitwise.
 inline void quantize_block_avx2(const float* x, std::int8_t* q, float* d, std::int32_t* q4_offset) {
   __m256 v[4];
   __m256 amax8 = _mm256_setzero_ps();
