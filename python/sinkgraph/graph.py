@@ -117,7 +117,12 @@ class RegionRunner:
         for o in outputs:
             if isinstance(o, _C.Tensor):
                 layout.append(len(tensors))
-                tensors.append(o)
+                # Note [Output strides]: a region's outputs are contiguous.
+                # A converter may end in a view (softmax over another dim
+                # transposes there and back); captured graphs copy their
+                # outputs into fresh buffers, but eager mode and calls past
+                # the capture limit return what the converters returned.
+                tensors.append(o if o.is_contiguous() else cv.sg_op("contiguous", [o]))
             else:
                 layout.append(("const", o))
         self.output_layouts[self.shape_key(inputs)] = (single, layout)
