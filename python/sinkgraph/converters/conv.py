@@ -17,8 +17,9 @@ def _convolution_capability(node):
     x = node_value(node.args[0])
     if node.args[6]:
         return "transposed convolution"
-    if x is None or x.ndim != 4:
-        return f"convolution of a {getattr(x, 'ndim', '?')}-D input (sinkgraph's conv2d is 2-D)"
+    if x is None or x.ndim not in (3, 4):
+        return (f"convolution of a {getattr(x, 'ndim', '?')}-D input (sinkgraph's conv2d "
+                "takes images, and sequences as images of height 1)")
     if x.dtype != torch.float32:
         return f"convolution in {x.dtype} (sinkgraph's conv2d is float32)"
     return None
@@ -28,10 +29,16 @@ def _convolution_capability(node):
 def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         raise Unsupported("transposed convolution")
-    if x.ndim != 4:
-        raise Unsupported(f"convolution of a {x.ndim}-D input (only 2-D images)")
+    if x.ndim not in (3, 4):
+        raise Unsupported(f"convolution of a {x.ndim}-D input (only sequences and images)")
     if b is None:
         b = full([w.shape[0]], 0.0, x.dtype)
+    if x.ndim == 3:
+        # A 1-D convolution (Conv1d: [N, C, L]) is a 2-D one over an image of
+        # height 1, its kernel of height 1: the same sums in the same order.
+        y = sg_op("conv2d", [unsqueeze(x, 2), unsqueeze(w, 2), b], 1, stride[0], 0, padding[0],
+                  1, dilation[0], groups, -1)
+        return view(y, [y.shape[0], y.shape[1], y.shape[3]])
     return sg_op("conv2d", [x, w, b], stride[0], stride[1], padding[0], padding[1],
                  dilation[0], dilation[1], groups, -1)
 
