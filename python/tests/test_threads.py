@@ -203,3 +203,41 @@ def test_compiling_never_disturbs_threads_using_the_module_eagerly(mode):
     with torch.no_grad():
         torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
         assert not torch.equal(model(x), want)  # the writes did change the output
+
+
+class _ConvLinear(torch.nn.Module):
+    """A convolution and a 64-row product: both through oneDNN where it is built."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = torch.nn.Linear(32, 64)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))  # [1, 32, 8, 8]
+        return self.fc(y.flatten(2).transpose(1, 2))  # [1, 64, 64]
+
+
+@pytest.mark.skipif(not sinkgraph.onednn_built(), reason="oneDNN not built")
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
+def test_a_call_leaves_torchs_thread_count_and_dynamo_compiles_once(mode):
+    # Note [One OpenMP thread, then the caller's again]: the oneDNN kernels
+    # run with a team of one on the caller's thread and put torch's OpenMP
+    # setting back; left at one it slowed torch after the call and failed
+    # Dynamo's global-state guard, recompiling on the next call.
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    model = _ConvLinear().eval()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        opt = torch.compile(model, backend=make_backend(mode))
+        graphs = counters["stats"]["unique_graphs"]
+        with torch.no_grad():
+            x = torch.randn(1, 16, 8, 8)
+            for _ in range(3):
+                torch.testing.assert_close(opt(x), model(x), rtol=1e-3, atol=1e-4)
+                assert torch.get_num_threads() == 2
+        assert counters["stats"]["unique_graphs"] - graphs == 1
+    finally:
+        torch.set_num_threads(before)

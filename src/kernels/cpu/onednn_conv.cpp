@@ -220,7 +220,7 @@ void* pad_for(const Plan& plan) {
 // One block, single-threaded, on whichever compute thread runs it.
 bool run_block(Job& job, const Block& blk) {
   try {
-    omp_set_num_threads(1);
+    const OneOmpThread one;  // Note [One OpenMP thread, then the caller's again]
     const Plan& plan = *blk.plan;
     thread_local std::vector<float> src_buf, w_buf, dst_buf, bias_buf;
     thread_local dnnl::stream stream(engine());
@@ -292,8 +292,9 @@ bool conv2d(const ArgBlock& args, KernelContext& ctx) {
 
   // oneDNN runs single-threaded inside each block; the blocks are ours to
   // spread (Note [Convolutions through oneDNN]). Set before a plan is made:
-  // oneDNN sizes a primitive's work split by the caller's OpenMP team.
-  omp_set_num_threads(1);
+  // oneDNN sizes a primitive's work split by the caller's OpenMP team
+  // (Note [One OpenMP thread, then the caller's again]).
+  const OneOmpThread one;
   Job job;
   job.groups = args.scalars[6].i;
   job.act = activation(args.scalars[7].i);

@@ -8,12 +8,35 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 
-// OpenMP's one call we make, declared here rather than through <omp.h>: the
+// OpenMP's two calls we make, declared here rather than through <omp.h>: the
 // header is the compiler's own (GCC's here), and clang-tidy, with clang's
-// headers, has none. The function is libgomp's, which libdnnl links.
+// headers, has none. The functions are libgomp's, which libdnnl links.
 extern "C" void omp_set_num_threads(int threads);
+extern "C" int omp_get_max_threads();
 
 namespace sinkgraph::kernels::cpu::onednn {
+
+// Note [One OpenMP thread, then the caller's again]
+// oneDNN sizes a primitive's work split by the calling thread's OpenMP team,
+// and our blocks are ours to spread, so each runs with a team of one. The
+// team size is a per-thread setting of the one libgomp in the process, which
+// torch uses too: a replay runs on the caller's thread (Note [Replays on the
+// caller]), and left at one it made every torch operator after it
+// single-threaded and failed Dynamo's global-state guard (torch's thread
+// count), recompiling every compiled frame on its next call. The previous
+// value is put back when the scope ends.
+class OneOmpThread {
+ public:
+  OneOmpThread() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneOmpThread() { omp_set_num_threads(previous_); }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+  OneOmpThread(OneOmpThread&&) = delete;
+  OneOmpThread& operator=(OneOmpThread&&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The process's one CPU engine.
 dnnl::engine& engine();

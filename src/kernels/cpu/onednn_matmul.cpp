@@ -138,7 +138,7 @@ BoundPlan& bound_plan(const std::shared_ptr<const Plan>& plan) {
 // One block, single-threaded, on whichever compute thread runs it.
 void run_block(Job& job, const Block& blk) {
   try {
-    omp_set_num_threads(1);
+    const OneOmpThread one;  // Note [One OpenMP thread, then the caller's again]
     thread_local dnnl::stream stream(engine());
     thread_local std::vector<std::byte> pad;
     thread_local std::vector<float> dense;
@@ -189,8 +189,9 @@ bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, st
             float* out, std::int64_t ldo, std::int64_t m, std::int64_t n, std::int64_t k,
             KernelContext& ctx, bool on_this_thread) {
   if (!enabled() || m <= 0 || n <= 0 || k <= 0) return false;
-  // oneDNN sizes a primitive's work split by the caller's OpenMP team: one.
-  omp_set_num_threads(1);
+  // oneDNN sizes a primitive's work split by the caller's OpenMP team: one
+  // (Note [One OpenMP thread, then the caller's again]).
+  const OneOmpThread one;
   Job job;
   const std::int64_t row_blocks =
       std::clamp<std::int64_t>(m / kMatmulBlockRows, 1, kMatmulMaxBlocks);
