@@ -37,6 +37,11 @@ SG_API Tensor sin(const Tensor& x);
 // cond ? a : b elementwise, as torch.where: cond bool, a and b of one dtype
 // (any), the three broadcast together.
 SG_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// a <op> b elementwise, as torch.eq, ne, lt, le, gt and ge: a and b of one
+// dtype (not u8), broadcast together; a bool tensor. Halves compare as their
+// f32 values; a NaN compares unequal to everything, itself included (IEEE).
+enum class Comparison : std::int64_t { eq, ne, lt, le, gt, ge };
+SG_API Tensor compare(const Tensor& a, const Tensor& b, Comparison op);
 
 // a[..., M, K] @ b[K, N] or batched a[B..., M, K] @ b[B..., K, N].
 SG_API Tensor matmul(const Tensor& a, const Tensor& b);

@@ -35,6 +35,10 @@ _ANY_DTYPE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "pe
               "zeros",
               # selects elements (its capability check asks for a bool condition)
               "where",
+              # compare in the operands' own dtype, exactly; the logical ones
+              # take bool tensors only (their capability checks say so)
+              "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or", "bitwise_xor",
+              "bitwise_not", "logical_and", "logical_or", "logical_xor", "logical_not",
               # a conversion to a floating dtype (its capability check names the sources)
               "_to_copy",
               # its int64 indices are refused by the converter when anything reads them

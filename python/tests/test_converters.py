@@ -144,6 +144,24 @@ CASES = {
                  [lambda: torch.randn(2, 3, 4)]),
     "conv_groups_stride": (lambda a, w: F.conv2d(a, w, stride=2, padding=1, groups=2),
                            [lambda: torch.randn(1, 4, 9, 9), lambda: torch.randn(6, 2, 3, 3)]),
+    # Comparisons feed a where or a masked_fill (a converted graph returns no
+    # bool tensor of its own here); NaN, infinities and signed zeros among the
+    # values, each comparison's result one bit of the output.
+    "compare_float": (lambda a, b: sum(torch.where(c, torch.full((3, 4), 2.0**k),
+                                                   torch.zeros(3, 4))
+                                       for k, c in enumerate([a < b, a >= 0.5, a == b, a != -0.0,
+                                                              a.gt(b[0]), a.le(0), a.ge(b),
+                                                              a.eq(float("inf"))]))
+                      + torch.zeros(3, 4).masked_fill(a.ne(b), 1.0),
+                      [lambda: special_values(3, 4), lambda: special_values(3, 4)]),
+    "compare_int_and_bool": (lambda i, a: torch.where((i > 2) & (i != 4), a, -a)
+                             + torch.where((i == 3).eq(i < 0), a, 2 * a),
+                             [lambda: torch.randint(-5, 5, (3, 4)), x34]),
+    "compare_bf16": (lambda a, b: torch.where(a > b, a, b) * 2,
+                     [lambda: torch.randn(4, 5).bfloat16(), lambda: torch.randn(5).bfloat16()]),
+    "causal_mask_of_a_buffer_slice": (  # nanoGPT: tril[:, :, :t, :t] == 0
+        lambda a: a.masked_fill(torch.tril(torch.ones(8, 8))[None, None, :5, :5] == 0,
+                                float("-inf")).softmax(-1), [lambda: torch.randn(1, 2, 5, 5)]),
     "conv1d_groups_stride_dilation": (
         lambda a, w, b: F.conv1d(a, w, b, stride=2, padding=3, dilation=2, groups=2),
         [lambda: torch.randn(2, 4, 13), lambda: torch.randn(6, 2, 3), lambda: torch.randn(6)]),

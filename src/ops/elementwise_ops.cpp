@@ -27,6 +27,7 @@ inline constexpr char kHardsigmoid[] = "hardsigmoid";
 inline constexpr char kCos[] = "cos";
 inline constexpr char kSin[] = "sin";
 inline constexpr char kWhere[] = "where";
+inline constexpr char kCompare[] = "compare";
 
 namespace {
 
@@ -56,6 +57,19 @@ TensorMeta where_shape(const ShapeArgs& args) {
   check_same_dtype(a, b, kWhere, "a", "b");
   const SymShape ab = broadcast_shapes(a.shape, b.shape, kWhere);
   return {a.dtype, broadcast_shapes(cond.shape, ab, kWhere), a.device};
+}
+
+// compare(a, b, op): a and b of one dtype, broadcast; a bool result.
+TensorMeta compare_shape(const ShapeArgs& args) {
+  const TensorMeta& a = args.tensors[0];
+  const TensorMeta& b = args.tensors[1];
+  check_same_dtype(a, b, kCompare, "a", "b");
+  SG_CHECK(a.dtype != DType::u8, "compare: u8 tensors are not supported (a: u8", shape_str(a.shape),
+           ")");
+  const std::int64_t op = args.integer(0);
+  SG_CHECK(op >= 0 && op <= static_cast<std::int64_t>(ops::Comparison::ge),
+           "compare: op must be 0 (eq) to 5 (ge), got ", op);
+  return {DType::boolean, broadcast_shapes(a.shape, b.shape, kCompare), a.device};
 }
 
 TensorMeta div_shape(const ShapeArgs& args) {
@@ -95,6 +109,7 @@ void register_elementwise_ops(OpRegistry& r) {
   r.add(make_op(kSin, {x}, float_unary_shape<kSin>, unary(fp::kSin)));
   // Not pointwise in the traits' sense (fusion takes float chains only).
   r.add(make_op(kWhere, {{"cond"}, a, b}, where_shape));
+  r.add(make_op(kCompare, {a, b, {"op", ArgKind::integer}}, compare_shape));
 }
 
 }  // namespace detail
@@ -130,6 +145,9 @@ Tensor cos(const Tensor& x) { return call(op_def<detail::kCos>(), {&x}); }
 Tensor sin(const Tensor& x) { return call(op_def<detail::kSin>(), {&x}); }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return call(op_def<detail::kWhere>(), {&cond, &a, &b});
+}
+Tensor compare(const Tensor& a, const Tensor& b, Comparison op) {
+  return call(op_def<detail::kCompare>(), {&a, &b}, {SymInt(static_cast<std::int64_t>(op))});
 }
 
 }  // namespace ops

@@ -187,6 +187,74 @@ TEST(ops_elementwise, a_broadcast_row_on_one_and_two_threads) {
   }
 }
 
+// torch.eq, ne, lt, le, gt, ge against a naive loop over every pair: floats
+// with NaN, infinities and signed zeros, broadcast; integers past 2^53 (not
+// compared through double); bf16 as its f32 values; a strided operand.
+TEST(ops_elementwise, compare_matches_each_pair_as_ieee_and_torch_do) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::nanf("");
+  const std::vector<float> xs = {-inf, -1.5F, -0.0F, 0.0F, 2.0F, inf, nan};
+  const Tensor a = Tensor::from_floats(xs, {7, 1});
+  const Tensor b = Tensor::from_floats(xs, {1, 7});
+  using C = ops::Comparison;
+  const auto want = [](C op, auto x, auto y) {
+    switch (op) {
+      case C::eq:
+        return x == y;
+      case C::ne:
+        return x != y;
+      case C::lt:
+        return x < y;
+      case C::le:
+        return x <= y;
+      case C::gt:
+        return x > y;
+      case C::ge:
+        return x >= y;
+    }
+    return false;
+  };
+  for (const C op : {C::eq, C::ne, C::lt, C::le, C::gt, C::ge}) {
+    const Tensor out = ops::compare(a, b, op);
+    ASSERT_EQ(out.dtype(), DType::boolean);
+    ASSERT_EQ(out.shape(), sinkgraph::Shape({7, 7}));
+    const std::vector<std::int64_t> got = out.to_ints();
+    for (std::size_t i = 0; i < 7; ++i) {
+      for (std::size_t j = 0; j < 7; ++j) {
+        EXPECT_EQ(got[i * 7 + j] != 0, want(op, xs[i], xs[j]))
+            << static_cast<int>(op) << " " << xs[i] << " " << xs[j];
+      }
+    }
+    // The same through a transposed (strided) operand and in bf16.
+    const std::vector<std::int64_t> t =
+        ops::compare(ops::transpose(ops::expand(b, {7, 7}), 0, 1),
+                     ops::transpose(ops::expand(a, {7, 7}), 0, 1), op)
+            .to_ints();
+    for (std::size_t i = 0; i < 7; ++i) {
+      for (std::size_t j = 0; j < 7; ++j) {
+        EXPECT_EQ(t[i * 7 + j] != 0, want(op, xs[i], xs[j])) << "strided";
+      }
+    }
+    const std::vector<std::int64_t> h =
+        ops::compare(Tensor::from_floats(xs, {7, 1}, DType::bf16),
+                     Tensor::from_floats(xs, {1, 7}, DType::bf16), op)
+            .to_ints();
+    EXPECT_EQ(h, got) << "bf16";
+  }
+  const std::int64_t big = (std::int64_t{1} << 60) + 1;
+  const Tensor ia = Tensor::from_ints({big, big - 1, -3}, {3});
+  const Tensor ib = Tensor::from_ints({big - 1}, {1});
+  EXPECT_EQ(ops::compare(ia, ib, C::eq).to_ints(), (std::vector<std::int64_t>{0, 1, 0}));
+  EXPECT_EQ(ops::compare(ia, ib, C::gt).to_ints(), (std::vector<std::int64_t>{1, 0, 0}));
+  const Tensor flags = Tensor::from_ints({0, 1}, {2}, DType::boolean);
+  EXPECT_EQ(ops::compare(flags, Tensor::from_ints({1}, {1}, DType::boolean), C::ne).to_ints(),
+            (std::vector<std::int64_t>{1, 0}));
+  EXPECT_THROW((void)ops::compare(a, ia, C::eq), sinkgraph::Error);  // two dtypes
+  EXPECT_THROW((void)ops::compare(ia, Tensor::from_ints({1, 2}, {2}), C::lt),
+               sinkgraph::Error);  // shapes do not broadcast
+  EXPECT_THROW((void)ops::compare(a, b, static_cast<C>(6)), sinkgraph::Error);
+}
+
 // torch.where: cond broadcast against both operands, elements copied as they
 // are (-inf and NaN pass through), in floating and integer dtypes; a strided
 // cond (a transposed view) is read through its strides.

@@ -205,3 +205,80 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
     if dtype not in _FLOATING:
         raise Unsupported(f"conversion to {dtype}")
     return sg_op("copy_", [full(list(x.shape), 0.0, _FLOATING[dtype]), x])
+
+
+# ---- comparisons -----------------------------------------------------------------
+
+_COMPARISONS = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}  # ops::Comparison
+
+
+def _comparison_capability(node):
+    a, b = (node_value(x) for x in node.args[:2])
+    tensors = [t for t in (a, b) if isinstance(t, torch.Tensor)]
+    if len({t.dtype for t in tensors}) > 1:
+        return f"comparison of {tensors[0].dtype} and {tensors[1].dtype} (type promotion)"
+    dtype = tensors[0].dtype
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+                     torch.bool):
+        return f"comparison in {dtype}"
+    for s in (a, b):
+        if isinstance(s, torch.Tensor):
+            continue
+        if not isinstance(s, (bool, int, float)):
+            return f"comparison with a {type(s).__name__} operand"
+        if isinstance(s, float) and not dtype.is_floating_point:
+            return f"comparison of a {dtype} tensor with a float (type promotion)"
+        if dtype == torch.bool and not isinstance(s, bool):
+            return "comparison of a bool tensor with a number (type promotion)"
+        if isinstance(s, int) and abs(s) > 2**53:
+            return f"comparison with {s} (past 2^53, not carried exactly)"
+    return None
+
+
+def _make_comparison(code):
+    def convert(a, b):
+        if not _is_tensor(b):
+            b = full([], b, a.dtype)
+        if not _is_tensor(a):
+            a = full([], a, b.dtype)
+        return sg_op("compare", [a, b], code)
+
+    return convert
+
+
+for _name, _code in _COMPARISONS.items():
+    for _overload in ("Tensor", "Scalar"):
+        register(getattr(getattr(aten, _name), _overload),
+                 capability=_comparison_capability)(_make_comparison(_code))
+
+
+def _bool_operands(node):
+    values = [node_value(x) for x in node.args]
+    if not all(isinstance(v, torch.Tensor) and v.dtype == torch.bool for v in values):
+        return "a bitwise or logical operation on other than bool tensors"
+    return None
+
+
+def _false():
+    return full([], 0, "bool")
+
+
+# On bool tensors: through where and compare (no kernels of their own).
+@register(aten.bitwise_and.Tensor, aten.logical_and.default, capability=_bool_operands)
+def _and(a, b):
+    return sg_op("where", [a, b, _false()])
+
+
+@register(aten.bitwise_or.Tensor, aten.logical_or.default, capability=_bool_operands)
+def _or(a, b):
+    return sg_op("where", [a, full([], 1, "bool"), b])
+
+
+@register(aten.bitwise_xor.Tensor, aten.logical_xor.default, capability=_bool_operands)
+def _xor(a, b):
+    return sg_op("compare", [a, b], _COMPARISONS["ne"])
+
+
+@register(aten.bitwise_not.default, aten.logical_not.default, capability=_bool_operands)
+def _not(a):
+    return sg_op("compare", [a, _false()], _COMPARISONS["eq"])

@@ -306,4 +306,51 @@ void where(const ArgBlock& args, KernelContext& /*ctx*/) {
 }
 void sin(const ArgBlock& a, KernelContext& c) { unary<Sin>(a, c); }
 
+void compare(const ArgBlock& args, KernelContext& /*ctx*/) {
+  const TensorArg& a = args.tensors[0];
+  const TensorArg& b = args.tensors[1];
+  const TensorArg& o = args.tensors[2];
+  const std::int64_t op = args.scalars[0].i;
+  dispatch_all(a.dtype, [&]<typename T>() {
+    const T* pa = static_cast<const T*>(a.data);
+    const T* pb = static_cast<const T*>(b.data);
+    bool* po = static_cast<bool*>(o.data);
+    std::int64_t strides[3][kMaxDims] = {};
+    broadcast_strides(a, o.ndim, o.sizes, strides[0]);
+    broadcast_strides(b, o.ndim, o.sizes, strides[1]);
+    const int nd = std::min(o.ndim, kMaxDims);  // (GCC cannot see that the ABI bounds ndim)
+    for (int i = 0; i < nd; ++i) strides[2][i] = o.strides[i];
+    const std::int64_t base[3] = {a.offset, b.offset, o.offset};
+    // One loop per comparison, so that each is a plain vectorizable loop.
+    const auto run = [&](auto cmp) {
+      for_each_row<3>(o.ndim, o.sizes, strides, base,
+                      [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                        for (std::int64_t i = 0; i < count; ++i) {
+                          po[off[2] + i * st[2]] =
+                              cmp(load(pa + off[0] + i * st[0]), load(pb + off[1] + i * st[1]));
+                        }
+                      });
+    };
+    // op is ops::Comparison's value (eq, ne, lt, le, gt, ge); the kernels
+    // sit below the operators' header.
+    switch (op) {
+      case 0:
+        return run([](auto x, auto y) { return x == y; });
+      case 1:
+        return run([](auto x, auto y) { return x != y; });
+      case 2:
+        return run([](auto x, auto y) { return x < y; });
+      case 3:
+        return run([](auto x, auto y) { return x <= y; });
+      case 4:
+        return run([](auto x, auto y) { return x > y; });
+      case 5:
+        return run([](auto x, auto y) { return x >= y; });
+      default:
+        break;
+    }
+    SG_ASSERT(false, "compare: op ", op, " (the shape function checks it)");
+  });
+}
+
 }  // namespace sinkgraph::kernels::cpu

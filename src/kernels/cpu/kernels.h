@@ -29,6 +29,7 @@ void hardsigmoid(const ArgBlock& args, KernelContext& ctx);
 void cos(const ArgBlock& args, KernelContext& ctx);
 void sin(const ArgBlock& args, KernelContext& ctx);
 void where(const ArgBlock& args, KernelContext& ctx);
+void compare(const ArgBlock& args, KernelContext& ctx);
 
 // Copies and fills: copy (dst, src) broadcasts src and converts dtype.
 void copy(const ArgBlock& args, KernelContext& ctx);

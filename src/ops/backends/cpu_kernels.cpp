@@ -46,6 +46,7 @@ void register_cpu_kernels(OpRegistry& r) {
       {"cos", k::cos},
       {"sin", k::sin},
       {"where", k::where},
+      {"compare", k::compare},
       // Memory.
       {"copy_", k::copy},
       {"index_copy_", k::index_copy},
