@@ -241,3 +241,46 @@ def test_a_call_leaves_torchs_thread_count_and_dynamo_compiles_once(mode):
         assert counters["stats"]["unique_graphs"] - graphs == 1
     finally:
         torch.set_num_threads(before)
+
+
+def _forked_call(opt, x, queue):
+    with torch.no_grad():
+        queue.put(opt(x).numpy())
+
+
+@pytest.mark.parametrize("mode", ["eager", "reduce-overhead", "max-autotune"])
+def test_a_process_forked_after_calls_runs_the_compiled_module(mode):
+    # Note [Threads after fork] (src/runtime/fork.h): a server loads and warms
+    # a model, then forks its workers; the child's first call hung on the
+    # parent's stream worker and compute helpers, which fork does not copy.
+    import multiprocessing
+    torch._dynamo.reset()
+    # Products large enough to split across the compute helpers.
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                torch.nn.Linear(2048, 512)).eval()
+    opt = torch.compile(model, backend=make_backend(mode))
+    x = torch.randn(48, 512)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # torch's own OpenMP pool does not survive a fork either
+    try:
+        with torch.no_grad():
+            want = model(x)
+            torch.testing.assert_close(opt(x), want, rtol=1e-3, atol=1e-4)
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_forked_call, args=(opt, x, queue))
+        child.start()
+        try:
+            got = queue.get(timeout=60)  # before join: the child's queue feeds a pipe
+        except Exception:  # noqa: BLE001 - queue.Empty: reported as the hang it is
+            got = None
+        child.join(10)
+        if got is None or child.is_alive():
+            child.kill()
+            pytest.fail("the forked child hung")
+        assert child.exitcode == 0
+        torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-3, atol=1e-4)
+        with torch.no_grad():
+            torch.testing.assert_close(opt(x), want, rtol=1e-3, atol=1e-4)  # the parent goes on
+    finally:
+        torch.set_num_threads(threads)

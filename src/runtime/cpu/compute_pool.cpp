@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/fork.h"
 #include "runtime/spin.h"
 #include "sinkgraph/device.h"
 #include "sinkgraph/error.h"
@@ -18,6 +19,17 @@ ComputePool::~ComputePool() {
 
 void ComputePool::stop_helpers_locked() {
   if (helpers_.empty()) return;
+  if (generation_ != runtime::fork_generation()) {
+    // Note [Threads after fork]: the parent's helpers are not in this
+    // process; let go of their handles. Nothing of theirs is pending: a
+    // job's caller waits for every part before it returns.
+    for (std::thread& t : helpers_) runtime::abandon(t);
+    helpers_.clear();
+    pending_.store(0, std::memory_order_relaxed);
+    sleepers_.store(0, std::memory_order_relaxed);
+    caller_parked_.store(false, std::memory_order_relaxed);
+    return;
+  }
   stop_.store(true, std::memory_order_relaxed);
   ++sequence_;
   word_.store(sequence_ << kPartBits, std::memory_order_seq_cst);
@@ -32,6 +44,7 @@ void ComputePool::resize_locked(int threads) {
   const auto max_threads = static_cast<int>(kPartMask);
   SG_ASSERT(threads >= 1 && threads <= max_threads, "compute pool size ", threads);
   helpers_.reserve(static_cast<std::size_t>(threads - 1));
+  generation_ = runtime::fork_generation_watched();
   const std::uint64_t seen = word_.load(std::memory_order_relaxed);
   for (int i = 1; i < threads; ++i)
     helpers_.emplace_back([this, i, seen] { helper_loop(i, seen); });
@@ -84,6 +97,9 @@ void ComputePool::run(int parts, PartFn fn, void* arg) {
     for (int p = 0; p < parts; ++p) fn(arg, p);
     return;
   }
+  // Note [Threads after fork]: in a child, the parent's helpers are gone.
+  if (generation_ != runtime::fork_generation()) [[unlikely]]
+    stop_helpers_locked();
   const int wanted = std::clamp(num_threads(), 1, static_cast<int>(kPartMask));
   if (wanted != threads_locked()) resize_locked(wanted);
   const int shared = std::min(parts, threads_locked());

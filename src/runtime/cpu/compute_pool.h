@@ -72,6 +72,9 @@ class ComputePool {
   std::atomic<int> pending_{0};         // helper parts not yet finished
   std::atomic<int> sleepers_{0};        // helpers parked on word_
   std::atomic<bool> caller_parked_{false};
+  // The fork generation the helpers were started in (Note [Threads after
+  // fork], runtime/fork.h); under mutex_.
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace sinkgraph::cpu_device

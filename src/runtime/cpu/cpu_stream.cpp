@@ -33,19 +33,44 @@ CpuStream::CpuStream(Device& device, const StreamOptions& options, ComputePool& 
     : Stream(device, options.name),
       spin_ns_(options.spin_us * 1000),
       pool_(pool),
-      ring_(kCapacity) {
+      ring_(kCapacity),
+      generation_(runtime::fork_generation_watched()) {
   SG_CHECK(options.spin_us >= 0, "StreamOptions::spin_us must be >= 0, got ", options.spin_us);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
 CpuStream::~CpuStream() {
-  enqueue([](Entry& e) { e.kind = Kind::stop; });
-  worker_.join();
+  if (generation_.load(std::memory_order_relaxed) != runtime::fork_generation()) {
+    runtime::abandon(worker_);  // the parent's worker: not in this process, nothing to stop
+  } else {
+    enqueue([](Entry& e) { e.kind = Kind::stop; });
+    worker_.join();
+  }
   device().allocator().forget_stream(*this);
+}
+
+// Note [Threads after fork] (runtime/fork.h).
+void CpuStream::adopt_after_fork() {
+  const std::lock_guard lock(fork_mutex_);
+  const std::uint64_t now = runtime::fork_generation();
+  if (generation_.load(std::memory_order_relaxed) == now) return;  // another thread did
+  const std::uint64_t tail = tail_.load(std::memory_order_relaxed);
+  SG_CHECK(completed_.load(std::memory_order_relaxed) == tail, "stream '", name(),
+           "': this process was forked while work was queued on the stream (",
+           tail - completed_.load(std::memory_order_relaxed),
+           " entries unfinished); that work cannot go on here. Fork between calls, after "
+           "synchronize(), or start the child with the 'spawn' or 'forkserver' method");
+  runtime::abandon(worker_);
+  sleeping_.store(false, std::memory_order_relaxed);
+  room_at_.store(0, std::memory_order_relaxed);
+  host_waiting_.store(0, std::memory_order_relaxed);
+  worker_ = std::thread([this] { worker_loop(); });
+  generation_.store(now, std::memory_order_relaxed);
 }
 
 template <typename Fill>
 void CpuStream::enqueue(Fill&& fill) {
+  check_fork();
   {
     std::lock_guard lock(producer_mutex_);
     const std::uint64_t t = tail_.load(std::memory_order_relaxed);
@@ -103,6 +128,7 @@ void CpuStream::launch(KernelFn fn, const ArgBlock& args, const char* name) {
 // parked, and the call pays no hand-off. Counted, traced and failed (a sticky
 // error) as on the worker. With a core to spare the worker runs it.
 void CpuStream::run_on_caller(KernelFn fn, const ArgBlock& args, const char* name) {
+  check_fork();
   if (is_capturing() || any_capture_active() || sinkgraph::num_threads() < available_cores()) {
     launch(fn, args, name);  // recorded, or refused, as any launch
     if (!is_capturing()) wait_completed(tail_.load(std::memory_order_acquire));
@@ -164,7 +190,9 @@ void CpuStream::wait(const ReplayFence& fence) {
 
 void CpuStream::worker_loop() {
   Context ctx(*this);
-  std::uint64_t head = 0;
+  // 0 for a new stream; in a forked child, where the worker starts again
+  // (Note [Threads after fork]), the entries taken before the fork.
+  std::uint64_t head = head_.load(std::memory_order_relaxed);
   for (;;) {
     std::uint64_t tail = tail_.load(std::memory_order_acquire);
     if (tail == head) {
@@ -240,6 +268,7 @@ void CpuStream::wait_completed(std::uint64_t target) const {
 }
 
 void CpuStream::synchronize() {
+  check_fork();
   if (any_capture_active()) check_capture_safe("synchronize");
   wait_completed(tail_.load(std::memory_order_acquire));
   check_error();

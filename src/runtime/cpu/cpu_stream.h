@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/fork.h"
 #include "sinkgraph/event.h"
 #include "sinkgraph/stream.h"
 
@@ -64,6 +65,12 @@ class CpuStream final : public Stream {
   void worker_loop();
   void run(Entry& entry, Context& ctx);
   void wait_completed(std::uint64_t target) const;
+  // Note [Threads after fork] (runtime/fork.h): called on every use.
+  void check_fork() {
+    if (generation_.load(std::memory_order_relaxed) != runtime::fork_generation()) [[unlikely]]
+      adopt_after_fork();
+  }
+  void adopt_after_fork();
 
   static constexpr std::uint64_t kCapacity = 1024;
   const std::int64_t spin_ns_;
@@ -89,6 +96,8 @@ class CpuStream final : public Stream {
   std::mutex spans_mutex_;
   std::vector<KernelSpan> spans_;
 
+  std::mutex fork_mutex_;                  // adopt_after_fork()
+  std::atomic<std::uint64_t> generation_;  // the fork generation the worker was started in
   std::thread worker_;
 };
 
