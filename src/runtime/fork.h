@@ -14,11 +14,12 @@ namespace sinkgraph::runtime {
 // threads notes the fork generation when it starts them; a pthread_atfork
 // handler moves the generation on in every child. On its next use in the
 // child the owner finds the generation moved and adopts the process: it lets
-// go of the parent's thread handles (abandon()) and starts its threads again. A stream with work
-// queued or running at the moment of the fork cannot be resumed (the work ran in the parent, half
-// of it perhaps); it refuses every use with an error that says so. The copied locks are those of an
-// idle runtime when the parent forked between calls, the case this serves; a fork while another
-// thread is inside a launch is not.
+// go of the parent's thread handles (abandon()) and starts its threads
+// again. A stream with work queued or running at the moment of the fork
+// cannot be resumed (the work ran in the parent, half of it perhaps); it
+// refuses every use with an error that says so. The copied locks are those
+// of an idle runtime when the parent forked between calls, the case this
+// serves; a fork while another thread is inside a launch is not.
 
 // Lets go of the handle of a thread that is not in this process: neither
 // joined (nothing would end it) nor detached (the C library reclaimed its
