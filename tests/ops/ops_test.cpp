@@ -187,6 +187,58 @@ TEST(ops_elementwise, a_broadcast_row_on_one_and_two_threads) {
   }
 }
 
+// Note [Coalesced rows] (common.h): broadcasts that are not a trailing block
+// (a squeeze-and-excitation scale [N, C, 1, 1], a column [R, 1], a middle
+// dim of one) and views whose dims merge run as long rows split across the
+// compute threads; a permuted operand keeps its strided rows. Large enough
+// to split, both operand orders, f32 and bf16; each equal to the reference
+// elementwise, on one thread and on two.
+TEST(ops_elementwise, coalesced_rows_on_one_and_two_threads) {
+  std::mt19937 rng(9);
+  const sgtest::ThreadCount restore;
+  const std::vector<BinaryCase> cases = {{{2, 96, 56, 56}, {1, 96, 1, 1}},
+                                         {{96, 3000}, {96, 1}},
+                                         {{4, 7, 5000}, {4, 1, 5000}},
+                                         {{3, 1, 40, 1, 700}, {3, 5, 40, 1, 1}}};
+  const auto sub = [](float x, float y) { return x - y; };
+  const auto mul = [](float x, float y) { return x * y; };
+  for (const int threads : {1, 2}) {
+    sinkgraph::set_num_threads(threads);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(sgtest::str(c.a) + " with " + sgtest::str(c.b) + ", threads " +
+                   std::to_string(threads));
+      const auto va = sgtest::random_floats(rng, ref::numel(c.a), -2.0F, 2.0F);
+      const auto vb = sgtest::random_floats(rng, ref::numel(c.b), 0.5F, 2.0F);
+      const Tensor a = make(va, c.a);
+      const Tensor b = make(vb, c.b);
+      EXPECT_EQ(ops::mul(a, b).to_floats(), ref::binary(va, c.a, vb, c.b, mul));
+      EXPECT_EQ(ops::sub(b, a).to_floats(), ref::binary(vb, c.b, va, c.a, sub));
+      std::vector<float> ra, rb;
+      const Tensor ha = make(va, c.a, DType::bf16, &ra);
+      const Tensor hb = make(vb, c.b, DType::bf16, &rb);
+      const auto want =
+          make(ref::binary(rb, c.b, ra, c.a, sub), ref::broadcast(c.a, c.b), DType::bf16);
+      EXPECT_EQ(ops::sub(hb, ha).to_floats(), want.to_floats());
+    }
+    // Views: a slice of rows merges into one row per kept block; a
+    // transposed operand stays strided, against a contiguous one and alone.
+    SCOPED_TRACE("views, threads " + std::to_string(threads));
+    const auto base = sgtest::random_floats(rng, 6 * 200 * 300, -2.0F, 2.0F);
+    const Tensor full = make(base, {6, 200, 300});
+    const Tensor rows = ops::slice(full, 0, 1, 5);  // [4, 200, 300], contiguous blocks
+    const auto vrows = ref::slice(base, {6, 200, 300}, 0, 1, 5, 1);
+    const Tensor t = ops::transpose(rows, 1, 2);  // [4, 300, 200]
+    const auto vt = ref::permute(vrows, {4, 200, 300}, {0, 2, 1});
+    const auto other = sgtest::random_floats(rng, 4 * 300 * 200, 0.5F, 2.0F);
+    const Tensor o = make(other, {4, 300, 200});
+    EXPECT_EQ(ops::mul(t, o).to_floats(),
+              ref::binary(vt, {4, 300, 200}, other, {4, 300, 200}, mul));
+    const auto neg = [](float x) { return -x; };
+    EXPECT_EQ(ops::neg(rows).to_floats(), ref::unary(vrows, neg));
+    EXPECT_EQ(ops::neg(t).to_floats(), ref::unary(vt, neg));
+  }
+}
+
 // torch.eq, ne, lt, le, gt, ge against a naive loop over every pair: floats
 // with NaN, infinities and signed zeros, broadcast; integers past 2^53 (not
 // compared through double); bf16 as its f32 values; a strided operand.

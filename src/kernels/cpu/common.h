@@ -181,6 +181,90 @@ void parallel_for(KernelContext& ctx, std::int64_t n, std::int64_t grain, Fn&& f
       &job);
 }
 
+// Note [Coalesced rows]
+// for_each_row hands a kernel one innermost row at a time, and the kernel's
+// loop vectorizes only over a row whose strides are 1 (or 0, a broadcast
+// value). A squeeze-and-excitation scale [N, C, 1, 1] times an [N, C, H, W]
+// activation walks rows of W elements with the scale at stride 0, element by
+// element through the strided loop on one thread: efficientnet_b0's `mul`
+// took 4x torch's time (docs/performance.md, "Broadcasts over rows"). Two
+// adjacent dims are one when every operand's stride over the outer equals its
+// stride over the inner times the inner's size, and size-1 dims are no dims
+// at all; merged, that product is C rows of H * W elements, each a
+// contiguous loop against one value. Every element is still the same op on
+// the same values, so the result is the same bits in any order and on any
+// number of threads.
+
+// Merges the dims of `sizes` (rank ndim) as above, in place, for N operands'
+// strides; returns the new rank (0 when every dim had size 1).
+template <int N>
+int coalesce_dims(int ndim, std::int64_t* sizes, std::int64_t (&strides)[N][kMaxDims]) {
+  int out = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (sizes[d] == 1) continue;
+    bool joins = out > 0;
+    for (int k = 0; k < N && joins; ++k) joins = strides[k][out - 1] == strides[k][d] * sizes[d];
+    if (joins) {
+      sizes[out - 1] *= sizes[d];
+      for (int k = 0; k < N; ++k) strides[k][out - 1] = strides[k][d];
+      continue;
+    }
+    sizes[out] = sizes[d];
+    for (int k = 0; k < N; ++k) strides[k][out] = strides[k][d];
+    ++out;
+  }
+  return out;
+}
+
+// for_each_row over the coalesced dims (Note [Coalesced rows]), the rows split
+// across the compute threads by parallel_for, each row's work its length. For
+// kernels whose value per element does not depend on which row or thread
+// computes it.
+template <int N, typename Fn>
+void parallel_rows(KernelContext& ctx, int ndim, const std::int64_t* in_sizes,
+                   const std::int64_t (&in_strides)[N][kMaxDims], const std::int64_t (&base)[N],
+                   Fn&& fn) {
+  std::int64_t sizes[kMaxDims];
+  std::int64_t strides[N][kMaxDims];
+  std::int64_t total = 1;
+  for (int d = 0; d < ndim; ++d) {
+    sizes[d] = in_sizes[d];
+    total *= sizes[d];
+    for (int k = 0; k < N; ++k) strides[k][d] = in_strides[k][d];
+  }
+  if (total == 0) return;
+  const int nd = coalesce_dims<N>(ndim, sizes, strides);
+  if (nd == 0) {
+    const std::int64_t zeros[N] = {};
+    fn(base, std::int64_t{1}, zeros);
+    return;
+  }
+  const std::int64_t inner = sizes[nd - 1];
+  std::int64_t inner_strides[N];
+  for (int k = 0; k < N; ++k) inner_strides[k] = strides[k][nd - 1];
+  parallel_for(ctx, total / inner, grain_for(inner), [&](std::int64_t begin, std::int64_t end) {
+    std::int64_t index[kMaxDims] = {};
+    std::int64_t offsets[N];
+    for (int k = 0; k < N; ++k) offsets[k] = base[k];
+    for (std::int64_t d = nd - 2, rest = begin; d >= 0; --d) {  // row `begin`'s outer index
+      index[d] = rest % sizes[d];
+      rest /= sizes[d];
+      for (int k = 0; k < N; ++k) offsets[k] += index[d] * strides[k][d];
+    }
+    for (std::int64_t r = begin; r < end; ++r) {
+      fn(static_cast<const std::int64_t*>(offsets), inner,
+         static_cast<const std::int64_t*>(inner_strides));
+      for (int d = nd - 2; d >= 0; --d) {  // odometer over the outer dims
+        ++index[d];
+        for (int k = 0; k < N; ++k) offsets[k] += strides[k][d];
+        if (index[d] < sizes[d]) break;
+        for (int k = 0; k < N; ++k) offsets[k] -= strides[k][d] * sizes[d];
+        index[d] = 0;
+      }
+    }
+  });
+}
+
 // Logical rows over the last dimension of `t`: offset of each row's start.
 template <typename Fn>
 void for_each_last_dim_row(const TensorArg& in, const TensorArg& out, Fn&& fn) {

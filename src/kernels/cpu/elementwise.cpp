@@ -137,13 +137,25 @@ void binary(const ArgBlock& args, KernelContext& ctx) {
       broadcast_strides(b, o.ndim, o.sizes, strides[1]);
       for (int i = 0; i < o.ndim; ++i) strides[2][i] = o.strides[i];
       const std::int64_t base[3] = {a.offset, b.offset, o.offset};
-      for_each_row<3>(o.ndim, o.sizes, strides, base,
-                      [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
-                        for (std::int64_t i = 0; i < count; ++i) {
-                          store(po + off[2] + i * st[2],
-                                Op{}(load(pa + off[0] + i * st[0]), load(pb + off[1] + i * st[1])));
-                        }
-                      });
+      // Note [Coalesced rows]: rows as long as the strides allow, each a
+      // vectorized loop where its strides are 1 or a broadcast value's 0.
+      parallel_rows<3>(ctx, o.ndim, o.sizes, strides, base,
+                       [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                         const T* ra = pa + off[0];
+                         const T* rb = pb + off[1];
+                         T* ro = po + off[2];
+                         if (st[2] == 1 && st[0] == 1 && st[1] == 1) {
+                           binary_span<Op>(ra, rb, ro, 0, count);
+                         } else if (st[2] == 1 && st[0] == 1 && st[1] == 0) {
+                           repeated_span<Op, false>(ra, rb, ro, 1, 0, count);
+                         } else if (st[2] == 1 && st[0] == 0 && st[1] == 1) {
+                           repeated_span<Op, true>(rb, ra, ro, 1, 0, count);
+                         } else {
+                           for (std::int64_t i = 0; i < count; ++i)
+                             store(ro + i * st[2],
+                                   Op{}(load(ra + i * st[0]), load(rb + i * st[1])));
+                         }
+                       });
     }
   });
 }
@@ -172,12 +184,17 @@ void unary(const ArgBlock& args, KernelContext& ctx) {
       strides[1][i] = o.strides[i];
     }
     const std::int64_t base[2] = {x.offset, o.offset};
-    for_each_row<2>(o.ndim, o.sizes, strides, base,
-                    [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
-                      for (std::int64_t i = 0; i < count; ++i) {
-                        store(po + off[1] + i * st[1], Op{}(load(px + off[0] + i * st[0]), scalar));
-                      }
-                    });
+    parallel_rows<2>(ctx, o.ndim, o.sizes, strides, base,
+                     [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                       if (st[0] == 1 && st[1] == 1) {
+                         unary_span<Op>(px + off[0], po + off[1], scalar, 0, count);
+                         return;
+                       }
+                       for (std::int64_t i = 0; i < count; ++i) {
+                         store(po + off[1] + i * st[1],
+                               Op{}(load(px + off[0] + i * st[0]), scalar));
+                       }
+                     });
   });
 }
 
