@@ -185,6 +185,44 @@ TEST_P(OnednnMatmul, a_transposed_weight_past_8_rows_and_linear_up_to_32) {
   }
 }
 
+// A 1x1 convolution's product, out[O, H*W] = w[O, C] @ x[C, H*W]: few rows,
+// a wide row-major b, cut into two blocks of columns, each a strided part of
+// b that brgemm declines, written in place at the output's row stride (Plan
+// in onednn_matmul.cpp); odd widths give uneven halves. Equal to the
+// reference, and the same bits at 1, 2 and 3 threads, through matmul and
+// through conv2d (a zero bias).
+TEST_P(OnednnMatmul, blocks_of_columns_of_a_row_major_b_in_place) {
+  const sgtest::ThreadCount restore;
+  std::mt19937 rng(16);
+  const Shape shapes[] = {{96, 16, 3137}, {24, 48, 2001}};
+  for (const Shape& s : shapes) {
+    const auto a = sgtest::random_floats(rng, s.m * s.k);
+    const auto b = sgtest::random_floats(rng, s.k * s.n);
+    const auto want = ref::matmul(a, {s.m, s.k}, b, {s.k, s.n});
+    std::vector<float> first;
+    for (const int threads : {1, 2, 3}) {
+      sinkgraph::set_num_threads(threads);
+      const auto got = on_path([&] {
+                         return ops::matmul(make(a, {s.m, s.k}), make(b, {s.k, s.n}));
+                       }).to_floats();
+      // The same product as a 1x1 convolution over a 1 x n image.
+      const auto conv = on_path([&] {
+                          return ops::conv2d(make(b, {1, s.k, 1, s.n}), make(a, {s.m, s.k, 1, 1}),
+                                             make(std::vector<float>(s.m, 0.0F), {s.m}));
+                        }).to_floats();
+      EXPECT_TRUE(all_close(got, want, kRtol, kAtol))
+          << s.m << "x" << s.k << " @ " << s.n << " at " << threads << " threads";
+      EXPECT_EQ(conv, got) << s.m << "x" << s.k << " @ " << s.n << " as a convolution";
+      if (first.empty()) {
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << s.m << "x" << s.k << " @ " << s.n << ": " << threads
+                              << " threads differ from one";
+      }
+    }
+  }
+}
+
 TEST_P(OnednnMatmul, batched_matmul_as_attention_runs_it) {
   std::mt19937 rng(14);
   // probabilities [8, 40, 40] @ v [8, 40, 16]

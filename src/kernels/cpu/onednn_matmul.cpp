@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common.h"
@@ -42,7 +43,13 @@ std::atomic<std::uint64_t> g_matmul_calls{0};
 // torch linear's rows"). oneDNN 2.6's brgemm kernels refuse a strided
 // output for some shapes (its fallback, gemm:jit, measured at half their
 // rate), so a block of columns is computed into a dense buffer of the
-// thread's own and copied into place: small next to the product.
+// thread's own and copied into place where that is what gets it brgemm
+// (Plan::dense_out). Where brgemm declines the block anyway (a 1x1
+// convolution's product, whose W is the activation: a block of its columns
+// is a strided W, and every such block of efficientnet_b0's ran gemm:jit
+// either way), the block writes its output in place: the copy was 3.6% of
+// that model's reduce-overhead samples (docs/performance.md, "Broadcasts
+// over rows").
 constexpr std::int64_t kMatmulBlockRows = 128;
 constexpr std::int64_t kMatmulBlockCols = 128;
 constexpr std::int64_t kMatmulBlockWork = std::int64_t{1} << 20;  // multiply-adds
@@ -58,23 +65,42 @@ struct Key {
 struct Plan {
   dnnl::matmul primitive;
   memory::desc x_desc, w_desc, out_desc, pad_desc;
+  bool dense_out = false;  // computed into a dense buffer, then copied to ldo
 };
 
+bool is_brgemm(const dnnl::matmul::primitive_desc& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("brg");
+}
+
+// A block whose output rows are ldo apart (ldo > n: a block of columns) is
+// computed in place unless only a dense output gets brgemm (see above).
 std::shared_ptr<const Plan> make_plan(const Key& key) {
   const memory::desc x_desc({key.m, key.k}, memory::data_type::f32, {key.ldx, 1});
   // W[K, N] with (k, n) at k * wk + n * wn: the caller's weight in place.
   const memory::desc w_desc({key.k, key.n}, memory::data_type::f32, {key.wk, key.wn});
-  const memory::desc out_desc({key.m, key.n}, memory::data_type::f32, {key.ldo, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_desc, w_desc, out_desc), attr,
+  const auto describe = [&](std::int64_t ldo) {
+    const memory::desc out_desc({key.m, key.n}, memory::data_type::f32, {ldo, 1});
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(x_desc, w_desc, out_desc), attr,
                                         engine());
+  };
+  dnnl::matmul::primitive_desc pd = describe(key.ldo);
+  bool dense_out = false;
+  if (key.ldo != key.n && !is_brgemm(pd)) {
+    dnnl::matmul::primitive_desc dense = describe(key.n);
+    if (is_brgemm(dense)) {
+      pd = std::move(dense);
+      dense_out = true;
+    }
+  }
   auto plan = std::make_shared<Plan>();
   plan->primitive = dnnl::matmul(pd);
   plan->x_desc = x_desc;
   plan->w_desc = w_desc;
-  plan->out_desc = out_desc;
+  plan->out_desc = pd.dst_desc();
   plan->pad_desc = pd.scratchpad_desc();
+  plan->dense_out = dense_out;
   return plan;
 }
 
@@ -85,9 +111,8 @@ struct Block {
   const float* x = nullptr;
   const float* w = nullptr;
   float* out = nullptr;
-  // A block of columns: rows x cols computed densely, then copied to out (ldo).
+  // rows x cols at out, rows ldo apart (a block of columns: ldo > cols).
   std::int64_t rows = 0, cols = 0, ldo = 0;
-  bool dense_copy = false;
 };
 
 struct Job {
@@ -145,8 +170,8 @@ void run_block(Job& job, const Block& blk) {
     const Plan& plan = *blk.plan;
     if (pad.size() < plan.pad_desc.get_size()) pad.resize(plan.pad_desc.get_size());
     const auto dense_size = static_cast<std::size_t>(blk.rows * blk.cols);
-    if (blk.dense_copy && dense.size() < dense_size) dense.resize(dense_size);
-    float* dst = blk.dense_copy ? dense.data() : blk.out;
+    if (plan.dense_out && dense.size() < dense_size) dense.resize(dense_size);
+    float* dst = plan.dense_out ? dense.data() : blk.out;
     BoundPlan& b = bound_plan(blk.plan);
     b.x.set_data_handle(const_cast<float*>(blk.x));
     b.w.set_data_handle(const_cast<float*>(blk.w));
@@ -160,7 +185,7 @@ void run_block(Job& job, const Block& blk) {
                                                    static_cast<int>(std::size(args)), args),
                             "matmul execute");
     stream.wait();
-    if (blk.dense_copy) {
+    if (plan.dense_out) {
       for (std::int64_t r = 0; r < blk.rows; ++r)
         std::copy_n(dst + r * blk.cols, blk.cols, blk.out + r * blk.ldo);
     }
@@ -206,11 +231,10 @@ bool matmul(const float* w, std::int64_t wn, std::int64_t wk, const float* x, st
     const std::int64_t r0 = m * rb / row_blocks, r1 = m * (rb + 1) / row_blocks;
     const std::int64_t c0 = n * cb / col_blocks, c1 = n * (cb + 1) / col_blocks;
     Block& blk = job.block[b];
-    blk.dense_copy = col_blocks > 1;
     blk.rows = r1 - r0;
     blk.cols = c1 - c0;
     blk.ldo = ldo;
-    blk.plan = plan_for(Key{blk.rows, blk.cols, k, ldx, wn, wk, blk.dense_copy ? blk.cols : ldo});
+    blk.plan = plan_for(Key{blk.rows, blk.cols, k, ldx, wn, wk, ldo});
     if (blk.plan == nullptr) return false;  // oneDNN declines it: our own kernel
     blk.x = x + r0 * ldx;
     blk.w = w + c0 * wn;
