@@ -239,6 +239,36 @@ TEST(ops_copy, broadcast_and_strided) {
   EXPECT_EQ(dst.to_floats(), ref::permute(src, {4, 3}, {1, 0}));
 }
 
+// Note [Coalesced rows] in a copy: attention's head transpose made
+// contiguous ([B, S, H, D] -> [B, H, S, D], rows of D), a slice of a cache
+// written into (dst strided, rows merged across the kept dims), a size-1 dim
+// between merged ones, and the same with a dtype conversion (element by
+// element); each in logical order against the reference.
+TEST(ops_copy, permuted_and_sliced_rows) {
+  std::mt19937 rng(96);
+  const auto src = sgtest::random_floats(rng, 2 * 5 * 3 * 8);
+  const Tensor heads = ops::permute(make(src, {2, 5, 3, 8}), {0, 2, 1, 3});
+  const auto want = ref::permute(src, {2, 5, 3, 8}, {0, 2, 1, 3});
+  EXPECT_EQ(ops::contiguous(heads).to_floats(), want);
+  const Tensor h16 = Tensor::empty({2, 3, 5, 8}, DType::bf16);
+  ops::copy_(h16, heads);
+  EXPECT_EQ(h16.to_floats(), make(want, {2, 3, 5, 8}, DType::bf16).to_floats());
+
+  // cache[:, :, 2:7, :] = new, with a size-1 batch dim in front.
+  const Tensor cache = ops::zeros({1, 3, 10, 8});
+  const auto fresh = sgtest::random_floats(rng, 3 * 5 * 8);
+  ops::copy_(ops::slice(cache, 2, 2, 7), make(fresh, {1, 3, 5, 8}));
+  const auto got = cache.to_floats();
+  for (std::int64_t h = 0; h < 3; ++h) {
+    for (std::int64_t t = 0; t < 10; ++t) {
+      for (std::int64_t d = 0; d < 8; ++d) {
+        const float want_v = t >= 2 && t < 7 ? fresh[(h * 5 + (t - 2)) * 8 + d] : 0.0F;
+        ASSERT_EQ(got[(h * 10 + t) * 8 + d], want_v) << h << "," << t << "," << d;
+      }
+    }
+  }
+}
+
 TEST(ops_copy, converts_dtypes) {
   // f32 -> f16 rounds to nearest even; chosen bit patterns:
   const float tie_down = 1.0F + std::ldexp(1.0F, -11);       // halfway 1 and 1+2^-10: to 1

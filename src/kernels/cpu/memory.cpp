@@ -31,12 +31,25 @@ void strided_copy(const TensorArg& dst, const TensorArg& src) {
   broadcast_strides(src, dst.ndim, dst.sizes, strides[0]);
   for (int i = 0; i < dst.ndim; ++i) strides[1][i] = dst.strides[i];
   const std::int64_t base[2] = {src.offset, dst.offset};
+  // Note [Coalesced rows], on one thread and in dst's index order (a copy
+  // between overlapping views is refused by torch's copy_ and not ours to
+  // define); a row of one dtype at unit strides is one memmove.
+  std::int64_t sizes[kMaxDims] = {};
+  for (int i = 0; i < dst.ndim; ++i) sizes[i] = dst.sizes[i];
+  const int nd = coalesce_dims<2>(dst.ndim, sizes, strides);
   dispatch_all(dst.dtype, [&]<typename D>() {
     dispatch_all(src.dtype, [&]<typename S>() {
       const S* ps = static_cast<const S*>(src.data);
       D* pd = static_cast<D*>(dst.data);
-      for_each_row<2>(dst.ndim, dst.sizes, strides, base,
+      for_each_row<2>(nd, sizes, strides, base,
                       [&](const std::int64_t* off, std::int64_t count, const std::int64_t* st) {
+                        if constexpr (std::is_same_v<D, S>) {
+                          if (st[0] == 1 && st[1] == 1) {  // a row of a permuted or sliced view
+                            std::memmove(pd + off[1], ps + off[0],
+                                         static_cast<std::size_t>(count) * sizeof(D));
+                            return;
+                          }
+                        }
                         for (std::int64_t i = 0; i < count; ++i) {
                           convert(pd + off[1] + i * st[1], ps + off[0] + i * st[0]);
                         }
