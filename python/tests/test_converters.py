@@ -208,6 +208,12 @@ CASES = {
                  + a.to(torch.bfloat16).to(torch.float32) + i.to(torch.float32)
                  + m.to(torch.float32),
                  [x34, lambda: torch.randint(-5, 5, (3, 4)), lambda: torch.rand(3, 4) > 0.5]),
+    # x.to(bool) is x != 0: NaN True, -0.0 False; an int64 padding mask as HF
+    # makes one; the bools feed a where (no bool output of the graph's own).
+    "to_bool": (lambda a, i, h: torch.where(a.to(torch.bool), 1.0, 0.0)
+                + torch.where(i.to(torch.bool), 2.0, 0.0) + torch.where(h.bool(), 4.0, 0.0),
+                [lambda: special_values(3, 4), lambda: torch.randint(0, 2, (3, 4)),
+                 lambda: special_values(3, 4).bfloat16()]),
     "embedding": (lambda w, i: F.embedding(i, w) * 2,
                   [lambda: torch.randn(10, 4), lambda: torch.randint(0, 10, (2, 3))]),
     "as_strided_view": (lambda a: torch.as_strided(a + 1, (1, 12, 1, 1), (12, 1, 12, 12)) * 2,

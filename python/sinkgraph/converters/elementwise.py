@@ -171,9 +171,9 @@ _INTEGER_SOURCES = {torch.int32, torch.int64, torch.bool}
 
 
 def _to_copy_capability(node):
-    """A dtype conversion on the same device, nothing else: to a floating dtype,
-    from a floating, integer or bool one (sinkgraph's copy rounds to nearest
-    even, as torch does)."""
+    """A dtype conversion on the same device, nothing else: to a floating dtype
+    or bool, from a floating, integer or bool one (sinkgraph's copy rounds to
+    nearest even, as torch does)."""
     x = node_value(node.args[0])
     dtype = node.kwargs.get("dtype")
     if not isinstance(x, torch.Tensor):
@@ -188,8 +188,9 @@ def _to_copy_capability(node):
         return f"_to_copy to {device} (another device)"
     if dtype is None or dtype == x.dtype:
         return None
-    if dtype not in _FLOATING:
-        return f"conversion to {dtype} (sinkgraph converts to float32, float16 and bfloat16)"
+    if dtype not in _FLOATING and dtype != torch.bool:
+        return (f"conversion to {dtype} (sinkgraph converts to float32, float16, bfloat16 "
+                "and bool)")
     if x.dtype not in _FLOATING and x.dtype not in _INTEGER_SOURCES:
         return f"conversion from {x.dtype}"
     return None
@@ -200,8 +201,12 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
              memory_format=None):
     if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
         raise Unsupported(f"_to_copy to {memory_format}")
-    if dtype is None or _FLOATING.get(dtype) == x.dtype:
+    if dtype is None or _FLOATING.get(dtype, "bool" if dtype == torch.bool else None) == x.dtype:
         return sg_op("contiguous", [x])
+    if dtype == torch.bool:
+        # torch's x.to(bool) is x != 0 in x's dtype: NaN is True, -0.0 False
+        # (as HF's attention masks are made: an int64 mask to bool).
+        return sg_op("compare", [x, full([], 0, x.dtype)], _COMPARISONS["ne"])
     if dtype not in _FLOATING:
         raise Unsupported(f"conversion to {dtype}")
     return sg_op("copy_", [full(list(x.shape), 0.0, _FLOATING[dtype]), x])
