@@ -178,7 +178,9 @@ using RtValue = std::variant<Tensor, std::int64_t>;
 SG_API SymBindings bind_symbols(const Graph& graph, std::span<const RtValue> inputs);
 
 // Runs the graph through the eager dispatcher on the current stream. The
-// observer, when given, sees every node's output as it is produced.
+// observer, when given, sees every node's output as it is produced. Without a
+// runner, each intermediate is let go after its last reader is launched
+// (Note [Intermediates die at their last reader] in interpreter.cpp).
 using NodeObserver = std::function<void(const Node& node, const Tensor& output)>;
 // Where a fresh node result goes (Note [Output placement] in op_registry.h): a
 // tensor of the result's concrete shape and dtype, or an undefined tensor to

@@ -64,11 +64,53 @@ ScalarValue concretize(const ScalarValue& attr, const SymBindings& bindings) {
 }
 }  // namespace
 
+// Note [Intermediates die at their last reader]
+// An eager program frees a tensor when its last use is done, and a caching
+// allocator hands the block to the next allocation on the same stream at
+// once: CUDA graph captures and TorchAir's reduce-overhead get their private
+// pool's reuse that way. The interpreter held every intermediate until the
+// graph ended, so a capture took a fresh block for each one: efficientnet_b0's
+// reduce-overhead pool reserved 55 MB against a liveness bound of 9.6 MB,
+// and every kernel wrote to memory no cache held (docs/performance.md,
+// "Intermediates that die"). Now each value that is not a graph output is
+// dropped from the environment after the last node reading it is launched;
+// its block frees when nothing else holds its storage (a view, an in-place
+// result or a placed cat share it and keep it). Stream order makes the reuse
+// safe: the block is reusable by the same stream at once (Note
+// [Stream-ordered reuse]), and a later kernel that writes it is queued, or
+// recorded in the capture, after every kernel that reads the old value.
+// A runner may defer its kernels (a generated region launches when it is
+// flushed, after nodes the interpreter has moved past), so with a runner
+// nothing is dropped before the end: max-autotune plans its memory instead.
+namespace {
+// Per value read by a node: the index of the last node reading it (graph
+// outputs never die here).
+std::unordered_map<const Value*, std::size_t> last_readers(const Graph& graph) {
+  std::unordered_map<const Value*, std::size_t> last;
+  std::size_t index = 0;
+  for (const auto& node : graph.nodes()) {
+    for (const Value* v : node->operands) last[v] = index;
+    if (!last.contains(node->result())) last[node->result()] = index;  // never read
+    ++index;
+  }
+  for (const Value* v : graph.outputs) last.erase(v);
+  for (const Value* v : graph.inputs()) last.erase(v);
+  return last;
+}
+}  // namespace
+
 std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inputs,
                                const NodeObserver& observer, const PlacementFn& placement,
                                const NodeRunner& runner) {
   const SymBindings bindings = bind_symbols(graph, inputs);
   std::unordered_map<const Value*, Tensor> env;
+  // Note [Intermediates die at their last reader]: dies_after[i], the values
+  // node i reads (or produces unread) for the last time.
+  std::vector<std::vector<const Value*>> dies_after;
+  if (!runner) {
+    dies_after.resize(graph.nodes().size());
+    for (const auto& [value, index] : last_readers(graph)) dies_after[index].push_back(value);
+  }
   for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
     if (const auto* t = std::get_if<Tensor>(&inputs[i])) env[graph.inputs()[i]] = *t;
   }
@@ -103,6 +145,7 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
   };
   std::vector<const Tensor*> operands;
   std::vector<ScalarValue> scalars;
+  std::size_t node_index = 0;
   for (const auto& node : graph.nodes()) {
     operands.clear();
     scalars.clear();
@@ -132,6 +175,10 @@ std::vector<RtValue> interpret(const Graph& graph, std::span<const RtValue> inpu
                      : run_op(*node->op, operands, scalars, placed.defined() ? &placed : nullptr);
     if (observer) observer(*node, out);
     env[node->result()] = std::move(out);
+    if (!dies_after.empty()) {
+      for (const Value* v : dies_after[node_index]) env.erase(v);
+    }
+    ++node_index;
   }
   std::vector<RtValue> out;
   out.reserve(graph.outputs.size());

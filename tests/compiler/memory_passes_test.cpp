@@ -114,6 +114,58 @@ TEST(compiler_memory, mlp_compiled_equals_eager_bitwise_in_both_modes) {
   }
 }
 
+// Twelve products by one weight, each result fresh (a product is not
+// elementwise: inplace_pass gives it no operand's memory), and a view of the
+// third kept to the end: Note [Intermediates die at their last reader].
+struct DeepChain {
+  static constexpr std::int64_t kDim = 256;  // 256 KiB per activation
+  sg::Tensor w = sg::ops::mul_scalar(sgtest::random_tensor({kDim, kDim}, 41), 1.0 / 16);
+  std::vector<sg::Tensor> operator()(std::span<const sg::Arg> args) const {
+    sg::Tensor x = std::get<sg::Tensor>(args[0]);
+    sg::Tensor third;
+    for (int i = 0; i < 12; ++i) {
+      x = sg::ops::matmul(x, w);
+      if (i == 2) third = sg::ops::slice(x, 0, 0, kDim / 2);  // x's block outlives x
+    }
+    return {x, sg::ops::add(sg::ops::slice(x, 0, 0, kDim / 2), third)};
+  }
+};
+
+// reduce-overhead has no memory plan: its capture takes blocks from the pool
+// as the program asks, and an intermediate's block goes back when its last
+// reader is launched, so the pool holds what is live at once, not every
+// intermediate (3 MiB here). A view keeps its base's block: the result
+// read through it at the end equals eager's, call after call.
+TEST(compiler_memory, a_capture_reuses_the_blocks_of_intermediates_that_died) {
+  const DeepChain chain;
+  constexpr std::int64_t kBytes = DeepChain::kDim * DeepChain::kDim * 4;
+  for (const char* m : {"reduce-overhead", "eager"}) {
+    SCOPED_TRACE(m);
+    testing::internal::CaptureStderr();
+    auto fn = sg::compile(std::cref(chain), sg::get_backend(mode(m)));
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      const sg::Tensor x = sgtest::random_tensor({DeepChain::kDim, DeepChain::kDim}, 500 + i);
+      const auto got = (*fn)({x});
+      const auto want = chain(std::vector<sg::Arg>{x});
+      ASSERT_EQ(got.size(), 2U);
+      EXPECT_EQ(got[0].to_floats(), want[0].to_floats()) << "call " << i;
+      EXPECT_EQ(got[1].to_floats(), want[1].to_floats()) << "call " << i;
+    }
+    (void)testing::internal::GetCapturedStderr();
+  }
+  auto ro = sg::compile(std::cref(chain), sg::get_backend(mode("reduce-overhead")));
+  testing::internal::CaptureStderr();
+  (void)(*ro)({sgtest::random_tensor({DeepChain::kDim, DeepChain::kDim}, 600)});
+  (void)testing::internal::GetCapturedStderr();
+  // Live at once: the static input, two links of the chain, the kept third
+  // and the half-size output; the pool may round and keep a spare.
+  const std::int64_t reserved = ro->counters().pool_reserved_bytes;
+  EXPECT_GT(reserved, 0) << ro->explain();
+  EXPECT_LE(reserved, 7 * kBytes) << ro->explain();
+  std::fprintf(stderr, "deep chain: reduce-overhead pool %lld B, %lld B per activation\n",
+               static_cast<long long>(reserved), static_cast<long long>(kBytes));
+}
+
 TEST(compiler_memory, attention_block_replays_equal_eager_with_planned_memory) {
   const sgtest::AttentionBlock block;
   for (const char* m : {"reduce-overhead", "max-autotune"}) {
