@@ -176,7 +176,8 @@ SG_API Tensor sdpa_mask(const Tensor& q, const Tensor& k, const Tensor& v, const
 SG_API Tensor sdpa_causal(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t heads,
                           double scale);
 
-// Index of the maximum over the last dimension (first on ties), as i64.
+// Index of the maximum over the last dimension (first on ties), as i64; a
+// NaN counts as the maximum (the first NaN's index), as in torch.argmax.
 SG_API Tensor argmax(const Tensor& x);
 // A draw from softmax(logits / temperature) over the last dimension, as i64.
 // The randomness is a pure function of (seed, offset, row) (Note

@@ -407,6 +407,37 @@ TEST(ops_argmax, ties_pick_the_first_index) {
   EXPECT_EQ(ops::argmax(xi).to_ints(), (std::vector<std::int64_t>{1, 0}));
 }
 
+// torch.argmax takes NaN for the maximum: the first NaN's index, in every
+// float dtype, on short rows and on one long row split into blocks across
+// the compute threads (a NaN in a later block beats a larger number in an
+// earlier one; a row of 65 blocks leaves the last parts empty).
+TEST(ops_argmax, a_nan_is_the_maximum_as_in_torch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> rows = {1, nan, 3, 2,   nan, 5,   nan, 9,   -inf, -inf, -inf, -inf,
+                                   2, inf, 1, nan, nan, nan, nan, nan, 0,    -1,   inf,  inf};
+  const std::vector<std::int64_t> want = {1, 0, 0, 3, 0, 2};
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+    EXPECT_EQ(ops::argmax(make(rows, {6, 4}, dt)).to_ints(), want) << dtype_name(dt);
+  const sgtest::ThreadCount restore;
+  for (const int threads : {1, 2}) {
+    sinkgraph::set_num_threads(threads);
+    SCOPED_TRACE(threads);
+    std::vector<float> row(100000, 0.0F);
+    row[10] = 1e30F;
+    EXPECT_EQ(ops::argmax(make(row, {100000})).to_ints(), (std::vector<std::int64_t>{10}));
+    row[50000] = nan;
+    row[70000] = nan;
+    EXPECT_EQ(ops::argmax(make(row, {100000})).to_ints(), (std::vector<std::int64_t>{50000}));
+    row[8191] = nan;
+    EXPECT_EQ(ops::argmax(make(row, {100000})).to_ints(), (std::vector<std::int64_t>{8191}));
+    std::vector<float> blocks65(65 * 8192, 1.0F);
+    blocks65.back() = 2.0F;
+    EXPECT_EQ(ops::argmax(make(blocks65, {65 * 8192})).to_ints(),
+              (std::vector<std::int64_t>{65 * 8192 - 1}));
+  }
+}
+
 TEST(ops_argmax, strided_and_half_inputs) {
   std::mt19937 rng(82);
   const auto base = sgtest::random_floats(rng, 6 * 4);

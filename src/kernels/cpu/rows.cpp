@@ -180,14 +180,19 @@ void argmax(const ArgBlock& args, KernelContext& ctx) {
   dispatch_all(x.dtype, [&]<typename T>() {
     const T* px = static_cast<const T*>(x.data);
     auto* po = static_cast<std::int64_t*>(o.data);
-    // First maximum of elements [begin, end) of the row at xo; -1 when a
-    // block after the first holds only NaN.
+    // First maximum of elements [begin, end) of the row at xo, a NaN being
+    // above everything: torch.argmax gives the first NaN's index (a row of
+    // logits with a NaN is never silently read as its largest number); -1
+    // for an empty range (the last blocks of a split row may have none).
     const auto scan = [&](std::int64_t xo, std::int64_t begin, std::int64_t end) {
-      std::int64_t best = -1;
-      compute_t<T> best_v{};
-      for (std::int64_t i = begin; i < end; ++i) {
+      if (begin >= end) return std::int64_t{-1};
+      std::int64_t best = begin;
+      compute_t<T> best_v = load(px + xo + begin * xs);
+      if (is_nan(best_v)) return best;
+      for (std::int64_t i = begin + 1; i < end; ++i) {
         const auto v = load(px + xo + i * xs);
-        if (best < 0 ? (i == 0 || !is_nan(v)) : v > best_v) {
+        if (is_nan(v)) return i;
+        if (v > best_v) {
           best_v = v;
           best = i;
         }
@@ -199,16 +204,17 @@ void argmax(const ArgBlock& args, KernelContext& ctx) {
     if (x.numel() == n && blocks > 1) {
       std::int64_t found[64];  // per block; rows this long split at most 64 ways
       const std::int64_t used = std::min<std::int64_t>(blocks, 64);
-      std::fill_n(found, used, -1);
       const std::int64_t per = (blocks + used - 1) / used * kBlock;
       parallel_for(ctx, used, grain_for(per), [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t b = begin; b < end; ++b)
           found[b] = scan(x.offset, b * per, std::min(n, (b + 1) * per));
       });
+      // Blocks in order: the first block's NaN is the row's first NaN.
       std::int64_t best = found[0];
-      for (std::int64_t b = 1; b < used; ++b) {
-        if (found[b] >= 0 && load(px + x.offset + found[b] * xs) > load(px + x.offset + best * xs))
-          best = found[b];
+      for (std::int64_t b = 1; b < used && !is_nan(load(px + x.offset + best * xs)); ++b) {
+        if (found[b] < 0) continue;
+        const auto v = load(px + x.offset + found[b] * xs);
+        if (is_nan(v) || v > load(px + x.offset + best * xs)) best = found[b];
       }
       po[o.offset] = best;
       return;
