@@ -208,6 +208,15 @@ CASES = {
                  + a.to(torch.bfloat16).to(torch.float32) + i.to(torch.float32)
                  + m.to(torch.float32),
                  [x34, lambda: torch.randint(-5, 5, (3, 4)), lambda: torch.rand(3, 4) > 0.5]),
+    # torch.argmax: the first maximum, a NaN counting as the maximum; over
+    # the last dim, another one (a strided view), none (flattened), keepdim;
+    # ties among integers take the first.
+    "argmax": (lambda a, i, b: (a.argmax(-1), a.argmax(0, keepdim=True), a.argmax(),
+                                torch.argmax(a * 2, dim=1, keepdim=True), i.argmax(1),
+                                a.argmax(-1) + i.argmax(1), b.argmax(-1), b.argmax(0)),
+               [lambda: special_values(3, 4, 5), lambda: torch.randint(-2, 2, (4, 5)),
+                lambda: torch.tensor([[1.0, float("nan"), 5.0, 2.0], [3.0, 1.0, 7.0, float("nan")],
+                                      [0.0, 7.0, float("nan"), 7.0]])]),
     # x.to(bool) is x != 0: NaN True, -0.0 False; an int64 padding mask as HF
     # makes one; the bools feed a where (no bool output of the graph's own).
     "to_bool": (lambda a, i, h: torch.where(a.to(torch.bool), 1.0, 0.0)

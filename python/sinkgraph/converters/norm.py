@@ -67,6 +67,37 @@ def _mean(x, dtype=None):
 
 
 
+def _argmax_capability(node):
+    x = node_value(node.args[0])
+    if not isinstance(x, torch.Tensor):
+        return "argmax of a non-tensor"
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
+        return f"argmax of {x.dtype}"
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if (x.ndim == 0 or dim is None) and known_equal(x.numel(), 0):
+        return "argmax of an empty tensor"
+    if dim is not None and x.ndim > 0 and known_equal(x.shape[_wrap_dim(dim, x.ndim)], 0):
+        return "argmax over an empty dimension"
+    return None
+
+
+@register(aten.argmax.default, capability=_argmax_capability)
+def _argmax(x, dim=None, keepdim=False):
+    """torch.argmax: the first maximum's index, a NaN counting as the maximum
+    (ops::argmax over the last dim; another dim is moved there by a strided
+    view; without a dim, over the flattened tensor)."""
+    if dim is None or x.ndim == 0:
+        flat = sg_op("argmax", [view(contiguous(x), [-1])])  # a 0-d i64
+        if keepdim and x.ndim > 0:
+            return view(flat, [1] * x.ndim)
+        return flat
+    dim = _wrap_dim(dim, x.ndim)
+    if dim != x.ndim - 1:  # the other dims in order, then dim: a strided view
+        x = sg_op("permute", [x], [d for d in range(x.ndim) if d != dim] + [dim])
+    out = sg_op("argmax", [x])
+    return unsqueeze(out, dim) if keepdim else out
+
+
 def _reduced_count(x, dims):
     n = 1
     for d in dims:
