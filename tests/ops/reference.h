@@ -320,9 +320,13 @@ template <typename T>
 std::vector<std::int64_t> argmax(const std::vector<T>& x, std::int64_t n) {
   std::vector<std::int64_t> out;
   for (std::size_t r = 0; r < x.size(); r += static_cast<std::size_t>(n)) {
+    // torch.argmax: the first maximum, a NaN above everything (the first NaN).
     std::int64_t best = 0;
     for (std::int64_t i = 1; i < n; ++i) {
-      if (x[r + static_cast<std::size_t>(i)] > x[r + static_cast<std::size_t>(best)]) best = i;
+      const auto v = x[r + static_cast<std::size_t>(i)];
+      const auto b = x[r + static_cast<std::size_t>(best)];
+      if (b != b) break;  // NaN
+      if (v != v || v > b) best = i;
     }
     out.push_back(best);
   }

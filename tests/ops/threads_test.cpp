@@ -197,15 +197,13 @@ std::vector<Case> cases() {
   }
 
   // argmax of one long row (by blocks, then merged): the maximum planted
-  // twice, so the first index must win across block boundaries; a NaN
-  // before it must not win.
+  // twice, so the first index must win across block boundaries; then NaNs,
+  // of which the first wins, as in torch.argmax, wherever the blocks fall.
   {
     const std::int64_t n = 200000;
     auto x = rnd(n);
     x[150001] = 7.0F;
     x[170000] = 7.0F;
-    x[20000] = std::numeric_limits<float>::quiet_NaN();
-    x[163840] = std::numeric_limits<float>::quiet_NaN();  // a block's first element
     const sg::Tensor tx = make(x, {n});
     const auto want = ref::argmax(x, n);
     out.push_back({"argmax",
@@ -214,6 +212,15 @@ std::vector<Case> cases() {
                      return std::vector<float>(ids.begin(), ids.end());
                    },
                    std::vector<float>(want.begin(), want.end()), 0, 0});
+    x[163840] = std::numeric_limits<float>::quiet_NaN();  // a block's first element
+    x[20000] = std::numeric_limits<float>::quiet_NaN();
+    const sg::Tensor tn = make(x, {n});
+    out.push_back({"argmax with NaN",
+                   [=] {
+                     const auto ids = sg::ops::argmax(tn).to_ints();
+                     return std::vector<float>(ids.begin(), ids.end());
+                   },
+                   std::vector<float>{20000.0F}, 0, 0});
   }
 
   // sample of one long row (by blocks, then merged): a draw per offset.
